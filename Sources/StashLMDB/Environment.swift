@@ -1,0 +1,430 @@
+import CLMDB
+import Foundation
+import Synchronization
+
+/// One LMDB environment: a directory holding `data.mdb` and `lock.mdb`, with its named
+/// databases opened once at start.
+///
+/// ```swift
+/// var config = EnvironmentConfiguration(databases: [DatabaseSpec("records")])
+/// let env = try Environment.open(path: "/tmp/store", configuration: config)
+/// let records = try env.database("records")
+/// try env.write { txn in try txn.put(records, key: [1], value: [42]) }
+/// let value = try env.read { txn in try txn.get(records, key: [1]) }
+/// ```
+///
+/// ## Rules this type enforces
+/// - One `Environment` per directory per process: opening a path that is already open
+///   returns the same instance. *Why:* POSIX record locks belong to the process, so closing
+///   a second handle on `lock.mdb` would drop the first handle's locks.
+/// - Transactions are closure-scoped; `MDB_NOTLS` is always on, so a read transaction may run
+///   on any thread. Read handles are recycled with `mdb_txn_reset`/`mdb_txn_renew`.
+/// - One writer at a time per process; a second writer waits. A write started on a thread
+///   that is already inside a write throws ``LMDBError/Code/nestedWrite`` instead of
+///   deadlocking.
+/// - `MDB_MAP_FULL` never reaches the caller: the write is aborted, the map is doubled once
+///   no transaction of this process is open, and the closure runs again. So a write closure
+///   may run more than once: keep side effects outside the store out of it.
+/// - `MDB_MAP_RESIZED` (another process grew the map) is absorbed the same way.
+///
+/// ## Topics
+/// - ``read(_:)``, ``write(_:)``, ``database(_:)``, ``info()``, ``checkReaders()``
+public final class Environment: @unchecked Sendable {
+    /// The canonical directory path.
+    public let path: String
+    public let configuration: EnvironmentConfiguration
+    let env: OpaquePointer
+    private let databasesByName: [String: Database]
+    let gate = TransactionGate()
+    private let writer = WriterLock()
+    private let pool: ReaderPool
+    private let writesSinceReaderCheck = Atomic<Int>(0)
+
+    // MARK: Opening
+
+    /// Opens (creating if needed) the environment in directory `path`.
+    ///
+    /// Creates the directory when missing, clears stale reader slots left by dead processes
+    /// (`mdb_reader_check`), and opens every database of `configuration.databases` in one
+    /// write transaction.
+    /// - Throws: ``LMDBError`` naming the path, e.g. `EACCES` for an unwritable directory,
+    ///   ``LMDBError/Code/invalid`` for a file that is not an LMDB store.
+    public static func open(path: String, configuration: EnvironmentConfiguration = .init()) throws(LMDBError) -> Environment {
+        do {
+            try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
+        } catch {
+            throw LMDBError(code: .init(rawValue: EACCES), operation: "create directory", path: path,
+                            detail: "check that the parent directory exists and is writable")
+        }
+        let canonical = URL(fileURLWithPath: path).resolvingSymlinksInPath().standardizedFileURL.path
+        return try EnvironmentRegistry.shared.open(canonical) { () throws(LMDBError) in
+            try Environment(canonicalPath: canonical, configuration: configuration)
+        }
+    }
+
+    private init(canonicalPath: String, configuration: EnvironmentConfiguration) throws(LMDBError) {
+        path = canonicalPath
+        self.configuration = configuration
+        var raw: OpaquePointer?
+        try check(mdb_env_create(&raw), "mdb_env_create", canonicalPath)
+        guard let raw else { throw LMDBError(code: .panic, operation: "mdb_env_create", path: canonicalPath) }
+        do {
+            try check(mdb_env_set_maxdbs(raw, MDB_dbi(configuration.maxDatabases)), "mdb_env_set_maxdbs", canonicalPath)
+            try check(mdb_env_set_maxreaders(raw, UInt32(configuration.maxReaders)), "mdb_env_set_maxreaders", canonicalPath)
+            try check(mdb_env_set_mapsize(raw, configuration.initialMapSize), "mdb_env_set_mapsize", canonicalPath)
+            let flags = UInt32(MDB_NOTLS) | configuration.durability.flags
+            try check(mdb_env_open(raw, canonicalPath, flags, 0o644), "mdb_env_open", canonicalPath)
+            // A store written earlier with a bigger map keeps it: adopt the larger of the two.
+            var info = MDB_envinfo()
+            mdb_env_info(raw, &info)
+            if info.me_mapsize < configuration.initialMapSize {
+                try check(mdb_env_set_mapsize(raw, configuration.initialMapSize), "mdb_env_set_mapsize", canonicalPath)
+            }
+            var dead: Int32 = 0
+            try check(mdb_reader_check(raw, &dead), "mdb_reader_check", canonicalPath)
+            databasesByName = try Self.openDatabases(raw, configuration.databases, canonicalPath)
+        } catch {
+            mdb_env_close(raw)
+            throw error
+        }
+        env = raw
+        pool = ReaderPool(capacity: max(1, min(32, configuration.maxReaders / 2)))
+    }
+
+    private static func openDatabases(_ env: OpaquePointer, _ specs: [DatabaseSpec], _ path: String) throws(LMDBError) -> [String: Database] {
+        guard !specs.isEmpty else { return [:] }
+        var txn: OpaquePointer?
+        try check(mdb_txn_begin(env, nil, 0, &txn), "mdb_txn_begin", path)
+        var result: [String: Database] = [:]
+        for spec in specs {
+            var dbi: MDB_dbi = 0
+            let rc = mdb_dbi_open(txn, spec.name, UInt32(MDB_CREATE) | spec.flags.rawValue, &dbi)
+            if rc != 0 {
+                mdb_txn_abort(txn)
+                throw LMDBError(code: .init(rawValue: rc), operation: "mdb_dbi_open \(spec.name)", path: path)
+            }
+            result[spec.name] = Database(name: spec.name, flags: spec.flags, dbi: dbi)
+        }
+        try check(mdb_txn_commit(txn), "mdb_txn_commit (open databases)", path)
+        return result
+    }
+
+    deinit {
+        pool.drain()
+        EnvironmentRegistry.shared.close(path) { mdb_env_close(env) }
+    }
+
+    /// The database named `name`, opened at start.
+    /// - Throws: ``LMDBError/Code/unknownDatabase`` when it was not in the configuration.
+    public func database(_ name: String) throws(LMDBError) -> Database {
+        guard let db = databasesByName[name] else {
+            throw LMDBError(code: .unknownDatabase, operation: "database \(name)", path: path,
+                            detail: "add DatabaseSpec(\"\(name)\") to the configuration")
+        }
+        return db
+    }
+
+    // MARK: Transactions
+
+    /// Runs `body` in a read-only snapshot. The snapshot is released when `body` returns.
+    ///
+    /// Cost: no allocation once warm — the transaction handle and its cursors come from a
+    /// pool and are recycled with `mdb_txn_renew`. Do not keep a read open for long: a live
+    /// reader pins the pages of its snapshot and makes the file grow.
+    public func read<R>(_ body: (ReadTransaction) throws -> R) throws -> R {
+        let handle = pool.take()
+        try beginRead(handle)
+        defer { endRead(handle) }
+        return try body(ReadTransaction(handle: handle, path: path))
+    }
+
+    private func beginRead(_ handle: TransactionHandle) throws(LMDBError) {
+        while true {
+            gate.enter()
+            let rc: Int32
+            if let txn = handle.txn {
+                rc = mdb_txn_renew(txn)
+            } else {
+                var txn: OpaquePointer?
+                rc = mdb_txn_begin(env, nil, UInt32(MDB_RDONLY), &txn)
+                if rc == 0 { handle.txn = txn }
+            }
+            if rc == 0 {
+                handle.markCursorsStale()
+                return
+            }
+            gate.leave()
+            if rc == MDB_MAP_RESIZED {
+                try adoptResizedMap()
+                continue
+            }
+            if rc == MDB_READERS_FULL, clearStaleReaders() > 0 { continue }
+            pool.give(handle)
+            throw LMDBError(code: .init(rawValue: rc), operation: "begin read transaction", path: path,
+                            detail: rc == MDB_READERS_FULL ? "raise maxReaders or end long-lived reads" : nil)
+        }
+    }
+
+    private func endRead(_ handle: TransactionHandle) {
+        if let txn = handle.txn { mdb_txn_reset(txn) }
+        gate.leave()
+        pool.give(handle)
+    }
+
+    /// Runs `body` in the one write transaction of this process and commits when it returns;
+    /// aborts when it throws (the error is rethrown).
+    ///
+    /// A map-full condition is handled here (the map grows and `body` runs again), so `body`
+    /// must only change the store. Writers from several threads are serialized; a write on a
+    /// thread already inside a write throws ``LMDBError/Code/nestedWrite``.
+    public func write<R>(_ body: (WriteTransaction) throws -> R) throws -> R {
+        try writer.lock(path: path)
+        defer { writer.unlock() }
+        if writesSinceReaderCheck.add(1, ordering: .relaxed).newValue % 1024 == 0 { clearStaleReaders() }
+        while true {
+            let handle = TransactionHandle()
+            try beginWrite(handle)
+            let result: R
+            do {
+                result = try body(WriteTransaction(handle: handle, path: path))
+                if handle.sawMapFull { throw LMDBError(code: .mapFull, operation: "write", path: path) }
+                handle.closeCursors()
+                let rc = mdb_txn_commit(handle.txn)
+                handle.txn = nil
+                gate.leave()
+                if rc == MDB_MAP_FULL {
+                    try growMap()
+                    continue
+                }
+                try check(rc, "mdb_txn_commit", path)
+                return result
+            } catch {
+                if let txn = handle.txn {
+                    handle.closeCursors()
+                    mdb_txn_abort(txn)
+                    handle.txn = nil
+                    gate.leave()
+                }
+                if handle.sawMapFull || (error as? LMDBError)?.code == .mapFull {
+                    try growMap()
+                    continue
+                }
+                throw error
+            }
+        }
+    }
+
+    private func beginWrite(_ handle: TransactionHandle) throws(LMDBError) {
+        while true {
+            gate.enter()
+            var txn: OpaquePointer?
+            let rc = mdb_txn_begin(env, nil, 0, &txn)
+            if rc == 0 {
+                handle.txn = txn
+                return
+            }
+            gate.leave()
+            if rc == MDB_MAP_RESIZED {
+                try adoptResizedMap()
+                continue
+            }
+            throw LMDBError(code: .init(rawValue: rc), operation: "begin write transaction", path: path)
+        }
+    }
+
+    // MARK: Map size
+
+    /// Doubles the map once no transaction of this process is open (LMDB rule 2).
+    private func growMap() throws(LMDBError) {
+        try gate.exclusive { () throws(LMDBError) in
+            var info = MDB_envinfo()
+            mdb_env_info(env, &info)
+            let current = info.me_mapsize
+            guard current < configuration.maximumMapSize else {
+                throw LMDBError(code: .mapLimit, operation: "grow map", path: path,
+                                detail: "the map reached maximumMapSize (\(configuration.maximumMapSize) bytes); raise it")
+            }
+            let next = min(configuration.maximumMapSize, current * 2)
+            try check(mdb_env_set_mapsize(env, next), "mdb_env_set_mapsize", path)
+        }
+    }
+
+    /// Another process grew the map: adopt its size (`mdb_env_set_mapsize(env, 0)`).
+    private func adoptResizedMap() throws(LMDBError) {
+        try gate.exclusive { () throws(LMDBError) in
+            try check(mdb_env_set_mapsize(env, 0), "mdb_env_set_mapsize(0)", path)
+        }
+    }
+
+    // MARK: Maintenance and statistics
+
+    /// Clears reader slots of dead processes (`mdb_reader_check`). Returns how many were cleared.
+    @discardableResult
+    public func clearStaleReaders() -> Int {
+        var dead: Int32 = 0
+        mdb_reader_check(env, &dead)
+        return Int(dead)
+    }
+
+    /// Map and reader figures of the environment.
+    public func info() -> EnvironmentInfo {
+        var info = MDB_envinfo()
+        mdb_env_info(env, &info)
+        var stat = MDB_stat()
+        mdb_env_stat(env, &stat)
+        return EnvironmentInfo(mapSize: info.me_mapsize, pageSize: Int(stat.ms_psize),
+                               usedPages: Int(info.me_last_pgno) + 1, lastTransactionID: Int(info.me_last_txnid),
+                               maxReaders: Int(info.me_maxreaders), readersInUse: Int(info.me_numreaders))
+    }
+
+    /// Forces a flush to disk; useful after writes with ``Durability/relaxed`` or ``Durability/none``.
+    public func sync() throws(LMDBError) {
+        try check(mdb_env_sync(env, 1), "mdb_env_sync", path)
+    }
+}
+
+/// Figures from `mdb_env_info` and `mdb_env_stat`.
+public struct EnvironmentInfo: Sendable {
+    public let mapSize: Int
+    public let pageSize: Int
+    public let usedPages: Int
+    public let lastTransactionID: Int
+    public let maxReaders: Int
+    public let readersInUse: Int
+    /// Bytes of the map in use (up to the last page written).
+    public var usedBytes: Int { usedPages * pageSize }
+}
+
+/// Counts this process's open transactions, so the map can be resized when none is open.
+final class TransactionGate: @unchecked Sendable {
+    private let condition = NSCondition()
+    private var active = 0
+    private var resizing = false
+
+    func enter() {
+        condition.lock()
+        while resizing { condition.wait() }
+        active += 1
+        condition.unlock()
+    }
+
+    func leave() {
+        condition.lock()
+        active -= 1
+        if active == 0 { condition.broadcast() }
+        condition.unlock()
+    }
+
+    func exclusive<R>(_ body: () throws(LMDBError) -> R) throws(LMDBError) -> R {
+        condition.lock()
+        while resizing { condition.wait() }
+        resizing = true
+        while active > 0 { condition.wait() }
+        condition.unlock()
+        defer {
+            condition.lock()
+            resizing = false
+            condition.broadcast()
+            condition.unlock()
+        }
+        return try body()
+    }
+}
+
+/// The process's single-writer lock, which knows its owner thread to report nested writes.
+final class WriterLock: @unchecked Sendable {
+    private let mutex = NSLock()
+    private let owner = Atomic<UInt>(0)
+
+    func lock(path: String) throws(LMDBError) {
+        let me = currentThreadID()
+        if owner.load(ordering: .acquiring) == me {
+            throw LMDBError(code: .nestedWrite, operation: "write", path: path,
+                            detail: "a write closure started another write on the same thread; do all the work in one write")
+        }
+        mutex.lock()
+        owner.store(me, ordering: .releasing)
+    }
+
+    func unlock() {
+        owner.store(0, ordering: .releasing)
+        mutex.unlock()
+    }
+}
+
+/// Recycled read transaction handles (`mdb_txn_reset` / `mdb_txn_renew`).
+final class ReaderPool: @unchecked Sendable {
+    private let lock = NSLock()
+    private var idle: [TransactionHandle] = []
+    private let capacity: Int
+
+    init(capacity: Int) {
+        self.capacity = capacity
+        idle.reserveCapacity(capacity)
+    }
+
+    func take() -> TransactionHandle {
+        lock.lock()
+        defer { lock.unlock() }
+        return idle.popLast() ?? TransactionHandle()
+    }
+
+    func give(_ handle: TransactionHandle) {
+        lock.lock()
+        if idle.count < capacity {
+            idle.append(handle)
+            lock.unlock()
+        } else {
+            lock.unlock()
+            handle.release()
+        }
+    }
+
+    func drain() {
+        lock.lock()
+        let all = idle
+        idle.removeAll()
+        lock.unlock()
+        for handle in all { handle.release() }
+    }
+}
+
+/// The process-wide registry of open environments, keyed by canonical path (rule 4).
+final class EnvironmentRegistry: @unchecked Sendable {
+    static let shared = EnvironmentRegistry()
+    private final class Entry { weak var environment: Environment? }
+    private let condition = NSCondition()
+    private var entries: [String: Entry] = [:]
+
+    func open(_ path: String, make: () throws(LMDBError) -> Environment) throws(LMDBError) -> Environment {
+        condition.lock()
+        defer { condition.unlock() }
+        while let entry = entries[path] {
+            if let live = entry.environment { return live }
+            // The last reference is being released right now: wait for its close.
+            condition.wait()
+        }
+        let environment = try make()
+        let entry = Entry()
+        entry.environment = environment
+        entries[path] = entry
+        return environment
+    }
+
+    func close(_ path: String, _ body: () -> Void) {
+        condition.lock()
+        body()
+        entries[path] = nil
+        condition.broadcast()
+        condition.unlock()
+    }
+}
+
+@inline(__always)
+private func currentThreadID() -> UInt {
+    #if canImport(Glibc)
+    return UInt(pthread_self())
+    #else
+    return UInt(bitPattern: pthread_self())
+    #endif
+}

@@ -1,0 +1,114 @@
+import Foundation
+
+/// A byte string of at most 511 bytes (LMDB's key limit) kept inline, without a heap allocation.
+///
+/// The hot paths (an indexed count, a gate check) build their keys into a `KeyBytes` on the
+/// stack; ``LMDBError/Code/keyTooLong`` is raised before LMDB ever sees an oversized key.
+public struct KeyBytes: ByteSource, Sendable, Equatable, Hashable, CustomStringConvertible {
+    public static let capacity = LMDBLimits.maxKeySize
+    var storage: InlineArray<511, UInt8>
+    /// The number of bytes in use.
+    public private(set) var count: Int
+
+    public init() {
+        storage = InlineArray(repeating: 0)
+        count = 0
+    }
+
+    public init(_ bytes: some Sequence<UInt8>) {
+        self.init()
+        for byte in bytes { append(byte) }
+    }
+
+    /// True when an append was cut short because the key would exceed ``capacity``.
+    public private(set) var overflowed = false
+
+    /// The bytes left before the 511-byte limit.
+    public var remainingCapacity: Int { Self.capacity - count }
+
+    public subscript(index: Int) -> UInt8 {
+        precondition(index >= 0 && index < count, "KeyBytes index out of range")
+        return storage[index]
+    }
+
+    public mutating func append(_ byte: UInt8) {
+        guard count < Self.capacity else { overflowed = true; return }
+        storage[count] = byte
+        count += 1
+    }
+
+    public mutating func append(contentsOf bytes: some Sequence<UInt8>) {
+        for byte in bytes { append(byte) }
+    }
+
+    /// Appends `value` big-endian, so that byte order equals numeric order.
+    public mutating func appendBigEndian<T: FixedWidthInteger>(_ value: T) {
+        var shift = T.bitWidth - 8
+        while shift >= 0 {
+            append(UInt8(truncatingIfNeeded: value >> shift))
+            shift -= 8
+        }
+    }
+
+    /// Removes bytes from the end.
+    public mutating func removeLast(_ n: Int) {
+        precondition(n <= count)
+        count -= n
+    }
+
+    public var bytes: [UInt8] { (0..<count).map { storage[$0] } }
+
+    public func hasPrefix(_ other: KeyBytes) -> Bool {
+        guard other.count <= count else { return false }
+        for i in 0..<other.count where storage[i] != other.storage[i] { return false }
+        return true
+    }
+
+    public static func == (lhs: KeyBytes, rhs: KeyBytes) -> Bool {
+        guard lhs.count == rhs.count else { return false }
+        for i in 0..<lhs.count where lhs.storage[i] != rhs.storage[i] { return false }
+        return true
+    }
+
+    public func hash(into hasher: inout Hasher) {
+        hasher.combine(count)
+        for i in 0..<count { hasher.combine(storage[i]) }
+    }
+
+    public var description: String { bytes.map { String(format: "%02x", $0) }.joined() }
+
+    @inline(__always)
+    public func withByteBuffer<R>(_ body: (UnsafeRawBufferPointer) throws -> R) rethrows -> R {
+        try withUnsafeBytes(of: storage) { raw in
+            try body(UnsafeRawBufferPointer(rebasing: raw[0..<count]))
+        }
+    }
+}
+
+/// Something whose bytes can be handed to LMDB as a key or a value: ``KeyBytes``,
+/// `[UInt8]`, `ArraySlice<UInt8>` or `Data`.
+public protocol ByteSource {
+    /// Lends the bytes for the duration of `body`. Implemented by this module's types only.
+    func withByteBuffer<R>(_ body: (UnsafeRawBufferPointer) throws -> R) rethrows -> R
+}
+
+extension Array: ByteSource where Element == UInt8 {
+    @inline(__always)
+    public func withByteBuffer<R>(_ body: (UnsafeRawBufferPointer) throws -> R) rethrows -> R {
+        try withUnsafeBytes(body)
+    }
+}
+
+extension ArraySlice: ByteSource where Element == UInt8 {
+    @inline(__always)
+    public func withByteBuffer<R>(_ body: (UnsafeRawBufferPointer) throws -> R) rethrows -> R {
+        try withUnsafeBytes(body)
+    }
+}
+
+extension Data: ByteSource {
+    @inline(__always)
+    public func withByteBuffer<R>(_ body: (UnsafeRawBufferPointer) throws -> R) rethrows -> R {
+        try withUnsafeBytes(body)
+    }
+}
