@@ -20,8 +20,13 @@ public struct KeyBytes: ByteSource, Sendable, Equatable, Hashable, CustomStringC
         for byte in bytes { append(byte) }
     }
 
-    /// True when an append was cut short because the key would exceed ``capacity``.
-    public private(set) var overflowed = false
+    /// True when the key does not hold its whole value: an append was cut short at
+    /// ``capacity``, or the builder shortened a long component (``markLossy()``). A lossy key
+    /// matches a superset of the values; callers recheck candidates against the record.
+    public private(set) var isLossy = false
+
+    /// Records that a component was shortened to fit.
+    public mutating func markLossy() { isLossy = true }
 
     /// The bytes left before the 511-byte limit.
     public var remainingCapacity: Int { Self.capacity - count }
@@ -32,7 +37,7 @@ public struct KeyBytes: ByteSource, Sendable, Equatable, Hashable, CustomStringC
     }
 
     public mutating func append(_ byte: UInt8) {
-        guard count < Self.capacity else { overflowed = true; return }
+        guard count < Self.capacity else { isLossy = true; return }
         storage[count] = byte
         count += 1
     }

@@ -25,6 +25,15 @@ public final class TransactionHandle {
         return cursor!
     }
 
+    /// Runs `body` with a cursor of its own, closed afterwards: scans may nest, even on the
+    /// same database, without disturbing each other or the cached point-lookup cursors.
+    func withScanCursor<R>(_ db: Database, _ path: String, _ body: (OpaquePointer) throws -> R) throws -> R {
+        var cursor: OpaquePointer?
+        try check(mdb_cursor_open(txn, db.dbi, &cursor), "mdb_cursor_open \(db.name)", path)
+        defer { mdb_cursor_close(cursor) }
+        return try body(cursor!)
+    }
+
     /// After `mdb_txn_renew`, read cursors must be renewed before use.
     func markCursorsStale() {
         for i in cursors.indices { cursors[i].fresh = false }
@@ -141,15 +150,16 @@ extension TransactionReading {
     public func forEachDuplicate(_ db: Database, key: some ByteSource,
                                  _ body: ([UInt8]) throws -> Bool) throws {
         try checkKey(key, db, "scan")
-        let cursor = try handle.cursor(db, path)
-        var k = MDB_val(), data = MDB_val()
-        var rc = withVal(key) { key in mdb_cursor_get(cursor, &key, &data, MDB_SET_KEY) }
-        k = MDB_val()
-        while rc == 0 {
-            guard try body(bytes(data)) else { return }
-            rc = mdb_cursor_get(cursor, &k, &data, MDB_NEXT_DUP)
+        try handle.withScanCursor(db, path) { cursor in
+            var k = MDB_val(), data = MDB_val()
+            var rc = withVal(key) { key in mdb_cursor_get(cursor, &key, &data, MDB_SET_KEY) }
+            k = MDB_val()
+            while rc == 0 {
+                guard try body(bytes(data)) else { return }
+                rc = mdb_cursor_get(cursor, &k, &data, MDB_NEXT_DUP)
+            }
+            if rc != MDB_NOTFOUND { try check(rc, "mdb_cursor_get \(db.name)", path) }
         }
-        if rc != MDB_NOTFOUND { try check(rc, "mdb_cursor_get \(db.name)", path) }
     }
 
     /// Walks the database in key order from `start`, calling `body(key, value)` for every
@@ -157,26 +167,27 @@ extension TransactionReading {
     /// Keys and values are copies, safe to keep.
     public func scan<K: ByteSource>(_ db: Database, from start: ScanStart<K>,
                                     _ body: ([UInt8], [UInt8]) throws -> Bool) throws {
-        let cursor = try handle.cursor(db, path)
-        var key = MDB_val(), data = MDB_val()
-        var rc: Int32
-        switch start {
-        case .first:
-            rc = mdb_cursor_get(cursor, &key, &data, MDB_FIRST)
-        case .atOrAfter(let startKey):
-            try checkKey(startKey, db, "scan")
-            rc = withVal(startKey) { k in
-                var probe = k
-                let rc = mdb_cursor_get(cursor, &probe, &data, MDB_SET_RANGE)
-                key = probe
-                return rc
+        if case .atOrAfter(let startKey) = start { try checkKey(startKey, db, "scan") }
+        try handle.withScanCursor(db, path) { cursor in
+            var key = MDB_val(), data = MDB_val()
+            var rc: Int32
+            switch start {
+            case .first:
+                rc = mdb_cursor_get(cursor, &key, &data, MDB_FIRST)
+            case .atOrAfter(let startKey):
+                rc = withVal(startKey) { k in
+                    var probe = k
+                    let rc = mdb_cursor_get(cursor, &probe, &data, MDB_SET_RANGE)
+                    key = probe
+                    return rc
+                }
             }
+            while rc == 0 {
+                guard try body(bytes(key), bytes(data)) else { return }
+                rc = mdb_cursor_get(cursor, &key, &data, MDB_NEXT)
+            }
+            if rc != MDB_NOTFOUND { try check(rc, "mdb_cursor_get \(db.name)", path) }
         }
-        while rc == 0 {
-            guard try body(bytes(key), bytes(data)) else { return }
-            rc = mdb_cursor_get(cursor, &key, &data, MDB_NEXT)
-        }
-        if rc != MDB_NOTFOUND { try check(rc, "mdb_cursor_get \(db.name)", path) }
     }
 
     /// Walks all entries whose key starts with `prefix`, in key order.
@@ -191,14 +202,15 @@ extension TransactionReading {
 
     /// Walks the database backwards from its last key, until `body` returns false.
     public func scanBackward(_ db: Database, _ body: ([UInt8], [UInt8]) throws -> Bool) throws {
-        let cursor = try handle.cursor(db, path)
-        var key = MDB_val(), data = MDB_val()
-        var rc = mdb_cursor_get(cursor, &key, &data, MDB_LAST)
-        while rc == 0 {
-            guard try body(bytes(key), bytes(data)) else { return }
-            rc = mdb_cursor_get(cursor, &key, &data, MDB_PREV)
+        try handle.withScanCursor(db, path) { cursor in
+            var key = MDB_val(), data = MDB_val()
+            var rc = mdb_cursor_get(cursor, &key, &data, MDB_LAST)
+            while rc == 0 {
+                guard try body(bytes(key), bytes(data)) else { return }
+                rc = mdb_cursor_get(cursor, &key, &data, MDB_PREV)
+            }
+            if rc != MDB_NOTFOUND { try check(rc, "mdb_cursor_get \(db.name)", path) }
         }
-        if rc != MDB_NOTFOUND { try check(rc, "mdb_cursor_get \(db.name)", path) }
     }
 
     /// The last entry (greatest key), if any.

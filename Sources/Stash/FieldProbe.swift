@@ -1,0 +1,183 @@
+import Foundation
+
+/// Learns a `Decodable` type's top-level fields (names, kinds, optionality) by decoding it
+/// from a decoder that hands out placeholder values and writes down what was asked.
+///
+/// Works for ordinary structs (synthesized `Codable`, nested structs, arrays, enums with
+/// raw values that are `CaseIterable`). When a type cannot be probed (a custom `init(from:)`
+/// that validates its input), the probe gives up and the store learns fields from the values
+/// written instead.
+enum FieldProbe {
+    static func fields<T: Decodable>(of type: T.Type) -> [FieldDeclaration]? {
+        let probe = ProbeDecoder()
+        do {
+            _ = try T(from: probe)
+        } catch {
+            return nil
+        }
+        return probe.fields.filter { $0.name != "id" }
+    }
+}
+
+final class ProbeDecoder: Decoder {
+    var codingPath: [any CodingKey] = []
+    var userInfo: [CodingUserInfoKey: Any] { [:] }
+    var fields: [FieldDeclaration] = []
+
+    func record(_ name: String, _ kind: FieldKind, optional: Bool) {
+        if !fields.contains(where: { $0.name == name }) {
+            fields.append(FieldDeclaration(name: name, kind: kind, optional: optional))
+        }
+    }
+
+    func container<Key: CodingKey>(keyedBy type: Key.Type) throws -> KeyedDecodingContainer<Key> {
+        KeyedDecodingContainer(ProbeKeyedDecoder<Key>(probe: self))
+    }
+    func unkeyedContainer() throws -> any UnkeyedDecodingContainer { throw ProbeFailure() }
+    func singleValueContainer() throws -> any SingleValueDecodingContainer { throw ProbeFailure() }
+}
+
+struct ProbeFailure: Error {}
+
+struct ProbeKeyedDecoder<Key: CodingKey>: KeyedDecodingContainerProtocol {
+    let probe: ProbeDecoder
+    var codingPath: [any CodingKey] { [] }
+    var allKeys: [Key] { [] }
+    func contains(_ key: Key) -> Bool { true }
+    func decodeNil(forKey key: Key) throws -> Bool { false }
+
+    func decode<T: Decodable>(_ type: T.Type, forKey key: Key) throws -> T {
+        let (value, kind) = try PlaceholderValue.make(type)
+        probe.record(key.stringValue, kind, optional: false)
+        return value
+    }
+
+    func decodeIfPresent<T: Decodable>(_ type: T.Type, forKey key: Key) throws -> T? {
+        let (_, kind) = try PlaceholderValue.make(type)
+        probe.record(key.stringValue, kind, optional: true)
+        return nil
+    }
+    func decodeIfPresent(_ type: Bool.Type, forKey key: Key) throws -> Bool? { try optional(type, key) }
+    func decodeIfPresent(_ type: String.Type, forKey key: Key) throws -> String? { try optional(type, key) }
+    func decodeIfPresent(_ type: Double.Type, forKey key: Key) throws -> Double? { try optional(type, key) }
+    func decodeIfPresent(_ type: Float.Type, forKey key: Key) throws -> Float? { try optional(type, key) }
+    func decodeIfPresent(_ type: Int.Type, forKey key: Key) throws -> Int? { try optional(type, key) }
+    func decodeIfPresent(_ type: Int8.Type, forKey key: Key) throws -> Int8? { try optional(type, key) }
+    func decodeIfPresent(_ type: Int16.Type, forKey key: Key) throws -> Int16? { try optional(type, key) }
+    func decodeIfPresent(_ type: Int32.Type, forKey key: Key) throws -> Int32? { try optional(type, key) }
+    func decodeIfPresent(_ type: Int64.Type, forKey key: Key) throws -> Int64? { try optional(type, key) }
+    func decodeIfPresent(_ type: UInt.Type, forKey key: Key) throws -> UInt? { try optional(type, key) }
+    func decodeIfPresent(_ type: UInt8.Type, forKey key: Key) throws -> UInt8? { try optional(type, key) }
+    func decodeIfPresent(_ type: UInt16.Type, forKey key: Key) throws -> UInt16? { try optional(type, key) }
+    func decodeIfPresent(_ type: UInt32.Type, forKey key: Key) throws -> UInt32? { try optional(type, key) }
+    func decodeIfPresent(_ type: UInt64.Type, forKey key: Key) throws -> UInt64? { try optional(type, key) }
+
+    private func optional<T: Decodable>(_ type: T.Type, _ key: Key) throws -> T? {
+        let (_, kind) = try PlaceholderValue.make(type)
+        probe.record(key.stringValue, kind, optional: true)
+        return nil
+    }
+
+    func nestedContainer<NestedKey: CodingKey>(keyedBy type: NestedKey.Type, forKey key: Key) throws -> KeyedDecodingContainer<NestedKey> {
+        probe.record(key.stringValue, .map, optional: false)
+        return try PlaceholderDecoder().container(keyedBy: type)
+    }
+    func nestedUnkeyedContainer(forKey key: Key) throws -> any UnkeyedDecodingContainer {
+        probe.record(key.stringValue, .array, optional: false)
+        return try PlaceholderDecoder().unkeyedContainer()
+    }
+    func superDecoder() throws -> any Decoder { throw ProbeFailure() }
+    func superDecoder(forKey key: Key) throws -> any Decoder { throw ProbeFailure() }
+}
+
+/// Makes a value of any `Decodable` type from placeholders, and tells its stored kind.
+enum PlaceholderValue {
+    static func make<T: Decodable>(_ type: T.Type) throws -> (T, FieldKind) {
+        switch type {
+        case is Bool.Type: return (false as! T, .bool)
+        case is String.Type: return ("" as! T, .string)
+        case is Double.Type: return (0.0 as! T, .double)
+        case is Float.Type: return (Float(0) as! T, .double)
+        case is Int.Type: return (0 as! T, .int)
+        case is Int64.Type: return (Int64(0) as! T, .int)
+        case is Int32.Type: return (Int32(0) as! T, .int)
+        case is Int16.Type: return (Int16(0) as! T, .int)
+        case is Int8.Type: return (Int8(0) as! T, .int)
+        case is UInt.Type: return (UInt(0) as! T, .int)
+        case is UInt64.Type: return (UInt64(0) as! T, .int)
+        case is UInt32.Type: return (UInt32(0) as! T, .int)
+        case is UInt16.Type: return (UInt16(0) as! T, .int)
+        case is UInt8.Type: return (UInt8(0) as! T, .int)
+        case is Date.Type: return (Date(timeIntervalSince1970: 0) as! T, .date)
+        case is Data.Type: return (Data() as! T, .bytes)
+        case is UUID.Type: return (UUID() as! T, .uuid)
+        case is RecordID.Type: return (RecordID(high: 0, low: 0) as! T, .uuid)
+        case is URL.Type: return (URL(fileURLWithPath: "/") as! T, .string)
+        default: break
+        }
+        if let cases = type as? any CaseIterable.Type, let first = firstCase(cases) as? T {
+            let raw = (first as? any RawRepresentable)?.rawValue
+            let kind: FieldKind = raw is String ? .string : raw is any BinaryInteger ? .int : .map
+            return (first, kind)
+        }
+        let decoder = PlaceholderDecoder()
+        let value = try T(from: decoder)
+        return (value, decoder.kind ?? .map)
+    }
+
+    private static func firstCase<C: CaseIterable>(_ type: C.Type) -> Any? { C.allCases.first }
+}
+
+/// Answers every request with a placeholder; remembers the first container kind asked for.
+final class PlaceholderDecoder: Decoder {
+    var codingPath: [any CodingKey] = []
+    var userInfo: [CodingUserInfoKey: Any] { [:] }
+    var kind: FieldKind?
+
+    func container<Key: CodingKey>(keyedBy type: Key.Type) throws -> KeyedDecodingContainer<Key> {
+        if kind == nil { kind = .map }
+        return KeyedDecodingContainer(PlaceholderKeyed<Key>())
+    }
+    func unkeyedContainer() throws -> any UnkeyedDecodingContainer {
+        if kind == nil { kind = .array }
+        return PlaceholderUnkeyed()
+    }
+    func singleValueContainer() throws -> any SingleValueDecodingContainer { PlaceholderSingle(decoder: self) }
+}
+
+struct PlaceholderKeyed<Key: CodingKey>: KeyedDecodingContainerProtocol {
+    var codingPath: [any CodingKey] { [] }
+    var allKeys: [Key] { [] }
+    func contains(_ key: Key) -> Bool { false }
+    func decodeNil(forKey key: Key) throws -> Bool { true }
+    func decode<T: Decodable>(_ type: T.Type, forKey key: Key) throws -> T { try PlaceholderValue.make(type).0 }
+    func nestedContainer<NestedKey: CodingKey>(keyedBy type: NestedKey.Type, forKey key: Key) throws -> KeyedDecodingContainer<NestedKey> {
+        KeyedDecodingContainer(PlaceholderKeyed<NestedKey>())
+    }
+    func nestedUnkeyedContainer(forKey key: Key) throws -> any UnkeyedDecodingContainer { PlaceholderUnkeyed() }
+    func superDecoder() throws -> any Decoder { PlaceholderDecoder() }
+    func superDecoder(forKey key: Key) throws -> any Decoder { PlaceholderDecoder() }
+}
+
+struct PlaceholderUnkeyed: UnkeyedDecodingContainer {
+    var codingPath: [any CodingKey] { [] }
+    var count: Int? { 0 }
+    var isAtEnd: Bool { true }
+    var currentIndex: Int { 0 }
+    mutating func decodeNil() throws -> Bool { true }
+    mutating func decode<T: Decodable>(_ type: T.Type) throws -> T { throw ProbeFailure() }
+    mutating func nestedContainer<NestedKey: CodingKey>(keyedBy type: NestedKey.Type) throws -> KeyedDecodingContainer<NestedKey> { throw ProbeFailure() }
+    mutating func nestedUnkeyedContainer() throws -> any UnkeyedDecodingContainer { throw ProbeFailure() }
+    mutating func superDecoder() throws -> any Decoder { throw ProbeFailure() }
+}
+
+struct PlaceholderSingle: SingleValueDecodingContainer {
+    let decoder: PlaceholderDecoder
+    var codingPath: [any CodingKey] { [] }
+    func decodeNil() -> Bool { false }
+    func decode<T: Decodable>(_ type: T.Type) throws -> T {
+        let (value, kind) = try PlaceholderValue.make(type)
+        if decoder.kind == nil { decoder.kind = kind }
+        return value
+    }
+}

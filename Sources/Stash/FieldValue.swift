@@ -1,0 +1,221 @@
+import Foundation
+
+/// A stored field value, independent of any Swift type: what the generic paths
+/// (command line, dump, verification, sync) read and write.
+public enum FieldValue: Hashable, Sendable {
+    case null
+    case bool(Bool)
+    case int(Int64)
+    case double(Double)
+    case string(String)
+    case bytes(Data)
+    case uuid(UUID)
+    case date(Date)
+    case array([FieldValue])
+    case map([String: FieldValue])
+
+    /// The kind stored in the schema for this value (nil for `.null`).
+    public var kind: FieldKind? {
+        switch self {
+        case .null: return nil
+        case .bool: return .bool
+        case .int: return .int
+        case .double: return .double
+        case .string: return .string
+        case .bytes: return .bytes
+        case .uuid: return .uuid
+        case .date: return .date
+        case .array: return .array
+        case .map: return .map
+        }
+    }
+}
+
+extension FieldValue: Codable {
+    // A one-key object: {"int": 3}, {"string": "x"}, {"null": true}; stable for the stored schema.
+    private enum Key: String, CodingKey { case null, bool, int, double, string, bytes, uuid, date, array, map }
+
+    public init(from decoder: any Decoder) throws {
+        let c = try decoder.container(keyedBy: Key.self)
+        guard let key = c.allKeys.first else {
+            throw DecodingError.dataCorrupted(.init(codingPath: decoder.codingPath, debugDescription: "empty field value"))
+        }
+        switch key {
+        case .null: self = .null
+        case .bool: self = .bool(try c.decode(Bool.self, forKey: key))
+        case .int: self = .int(try c.decode(Int64.self, forKey: key))
+        case .double: self = .double(try c.decode(Double.self, forKey: key))
+        case .string: self = .string(try c.decode(String.self, forKey: key))
+        case .bytes: self = .bytes(try c.decode(Data.self, forKey: key))
+        case .uuid: self = .uuid(try c.decode(UUID.self, forKey: key))
+        case .date: self = .date(Date(timeIntervalSince1970: try c.decode(Double.self, forKey: key)))
+        case .array: self = .array(try c.decode([FieldValue].self, forKey: key))
+        case .map: self = .map(try c.decode([String: FieldValue].self, forKey: key))
+        }
+    }
+
+    public func encode(to encoder: any Encoder) throws {
+        var c = encoder.container(keyedBy: Key.self)
+        switch self {
+        case .null: try c.encode(true, forKey: .null)
+        case .bool(let v): try c.encode(v, forKey: .bool)
+        case .int(let v): try c.encode(v, forKey: .int)
+        case .double(let v): try c.encode(v, forKey: .double)
+        case .string(let v): try c.encode(v, forKey: .string)
+        case .bytes(let v): try c.encode(v, forKey: .bytes)
+        case .uuid(let v): try c.encode(v, forKey: .uuid)
+        case .date(let v): try c.encode(v.timeIntervalSince1970, forKey: .date)
+        case .array(let v): try c.encode(v, forKey: .array)
+        case .map(let v): try c.encode(v, forKey: .map)
+        }
+    }
+}
+
+/// The kind of a field, as recorded in the stored schema.
+public enum FieldKind: String, Codable, Sendable, CaseIterable {
+    case bool, int, double, string, bytes, uuid, date, array, map
+}
+
+// MARK: JSON
+
+/// A JSON document as a value: what the command line reads and prints.
+public enum JSONValue: Codable, Hashable, Sendable {
+    case null
+    case bool(Bool)
+    case int(Int64)
+    case double(Double)
+    case string(String)
+    case array([JSONValue])
+    case object([String: JSONValue])
+
+    public init(from decoder: any Decoder) throws {
+        let c = try decoder.singleValueContainer()
+        if c.decodeNil() { self = .null }
+        else if let b = try? c.decode(Bool.self) { self = .bool(b) }
+        else if let i = try? c.decode(Int64.self) { self = .int(i) }
+        else if let d = try? c.decode(Double.self) { self = .double(d) }
+        else if let s = try? c.decode(String.self) { self = .string(s) }
+        else if let a = try? c.decode([JSONValue].self) { self = .array(a) }
+        else { self = .object(try c.decode([String: JSONValue].self)) }
+    }
+
+    public func encode(to encoder: any Encoder) throws {
+        var c = encoder.singleValueContainer()
+        switch self {
+        case .null: try c.encodeNil()
+        case .bool(let b): try c.encode(b)
+        case .int(let i): try c.encode(i)
+        case .double(let d): try c.encode(d)
+        case .string(let s): try c.encode(s)
+        case .array(let a): try c.encode(a)
+        case .object(let o): try c.encode(o)
+        }
+    }
+
+    /// Parses JSON text.
+    /// - Throws: ``StoreError`` (`.invalidValue`) with the parser's reason.
+    public static func parse(_ text: String) throws -> JSONValue {
+        do { return try JSONDecoder().decode(JSONValue.self, from: Data(text.utf8)) }
+        catch { throw StoreError(.invalidValue, "malformed JSON: \(describe(error))") }
+    }
+
+    /// Compact JSON text with sorted keys (stable output for dumps and diffs).
+    public var text: String {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        return String(decoding: (try? encoder.encode(self)) ?? Data("null".utf8), as: UTF8.self)
+    }
+}
+
+extension FieldValue {
+    /// Converts JSON to a field value of `kind` (nil: infer, for nested values).
+    /// - Throws: ``StoreError`` (`.invalidValue`) naming `field` when the JSON does not fit.
+    public static func fromJSON(_ json: JSONValue, kind: FieldKind?, field: String) throws -> FieldValue {
+        func bad(_ expected: String) -> StoreError {
+            StoreError(.invalidValue, "field '\(field)' expects \(expected), got \(json.text)")
+        }
+        if case .null = json { return .null }
+        switch (kind, json) {
+        case (.bool, .bool(let b)): return .bool(b)
+        case (.bool, _): throw bad("true or false")
+        case (.int, .int(let i)): return .int(i)
+        case (.int, .double(let d)) where d.rounded() == d && abs(d) < 9e18: return .int(Int64(d))
+        case (.int, _): throw bad("an integer")
+        case (.double, .int(let i)): return .double(Double(i))
+        case (.double, .double(let d)): return .double(d)
+        case (.double, _): throw bad("a number")
+        case (.string, .string(let s)): return .string(s)
+        case (.string, _): throw bad("a string")
+        case (.bytes, .string(let s)):
+            guard let d = Data(base64Encoded: s) else { throw bad("base64 text") }
+            return .bytes(d)
+        case (.bytes, _): throw bad("base64 text")
+        case (.uuid, .string(let s)):
+            guard let u = UUID(uuidString: s) else { throw bad("a UUID") }
+            return .uuid(u)
+        case (.uuid, _): throw bad("a UUID")
+        case (.date, .string(let s)):
+            guard let d = parseISO8601(s) else { throw bad("an ISO 8601 date") }
+            return .date(d)
+        case (.date, .int(let i)): return .date(Date(timeIntervalSince1970: Double(i)))
+        case (.date, .double(let d)): return .date(Date(timeIntervalSince1970: d))
+        case (.date, _): throw bad("an ISO 8601 date or seconds since 1970")
+        case (.array, .array(let a)), (nil, .array(let a)):
+            return .array(try a.map { try fromJSON($0, kind: nil, field: field) })
+        case (.array, _): throw bad("an array")
+        case (.map, .object(let o)), (nil, .object(let o)):
+            return .map(try o.mapValues { try fromJSON($0, kind: nil, field: field) })
+        case (.map, _): throw bad("an object")
+        case (nil, .bool(let b)): return .bool(b)
+        case (nil, .int(let i)): return .int(i)
+        case (nil, .double(let d)): return .double(d)
+        case (nil, .string(let s)): return .string(s)
+        case (nil, .null): return .null
+        }
+    }
+
+    /// JSON for this value: bytes as base64, dates as ISO 8601, UUIDs as lowercase text.
+    public var json: JSONValue {
+        switch self {
+        case .null: return .null
+        case .bool(let b): return .bool(b)
+        case .int(let i): return .int(i)
+        case .double(let d): return .double(d)
+        case .string(let s): return .string(s)
+        case .bytes(let d): return .string(d.base64EncodedString())
+        case .uuid(let u): return .string(u.uuidString.lowercased())
+        case .date(let d): return .string(formatISO8601(d))
+        case .array(let a): return .array(a.map(\.json))
+        case .map(let m): return .object(m.mapValues(\.json))
+        }
+    }
+}
+
+func parseISO8601(_ text: String) -> Date? {
+    let f = ISO8601DateFormatter()
+    f.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
+    if let d = f.date(from: text) { return d }
+    f.formatOptions = [.withInternetDateTime]
+    return f.date(from: text)
+}
+
+func formatISO8601(_ date: Date) -> String {
+    let f = ISO8601DateFormatter()
+    f.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
+    return f.string(from: date)
+}
+
+/// One line for an error of any kind: our own messages verbatim, Codable errors summarized.
+func describe(_ error: any Error) -> String {
+    switch error {
+    case let e as DecodingError:
+        switch e {
+        case .dataCorrupted(let c): return c.debugDescription
+        case .keyNotFound(let k, let c): return "missing field '\(k.stringValue)' \(c.debugDescription)"
+        case .typeMismatch(let t, let c): return "expected \(t) at '\(c.codingPath.map(\.stringValue).joined(separator: "."))'"
+        case .valueNotFound(let t, let c): return "missing \(t) at '\(c.codingPath.map(\.stringValue).joined(separator: "."))'"
+        @unknown default: return "\(e)"
+        }
+    default: return "\(error)"
+    }
+}

@@ -1,0 +1,145 @@
+import Foundation
+import StashLMDB
+
+/// A position in a store's history: everything committed up to and including one sequence
+/// number. Opaque, `Codable`, comparable and safe to persist.
+///
+/// ```swift
+/// var token = try store.currentToken()
+/// … later …
+/// for entry in try store.history(after: token) { apply(entry) }
+/// token = entries.last?.token ?? token
+/// ```
+public struct HistoryToken: Codable, Comparable, Hashable, Sendable, CustomStringConvertible {
+    /// The sequence number of the last entry covered (0: before the first entry).
+    public let sequence: UInt64
+    public init(sequence: UInt64) { self.sequence = sequence }
+    /// Before every entry.
+    public static let beginning = HistoryToken(sequence: 0)
+    public static func < (lhs: HistoryToken, rhs: HistoryToken) -> Bool { lhs.sequence < rhs.sequence }
+    public var description: String { "\(sequence)" }
+}
+
+/// One committed write transaction: what changed, where it came from, and when.
+public struct HistoryEntry: Sendable, Equatable {
+    /// Strictly increasing per store, never reused.
+    public let sequence: UInt64
+    public let timestamp: Date
+    /// The site whose write produced these changes.
+    public let origin: RecordID
+    /// The transaction author (`"app"`, `"sync"`, `"import"`, …) if one was given.
+    public let author: String?
+    public let changes: [HistoryChange]
+
+    public var token: HistoryToken { HistoryToken(sequence: sequence) }
+}
+
+/// One record changed by a transaction.
+public struct HistoryChange: Sendable, Equatable {
+    public enum Operation: UInt8, Sendable, Codable {
+        case insert = 1, update = 2, delete = 3
+    }
+    public let type: String
+    public let id: RecordID
+    public let operation: Operation
+    /// Names of the fields written (all fields for an insert, none for a delete).
+    public let fields: [String]
+
+    /// The stored form: tags instead of names.
+    struct Stored {
+        let typeTag: UInt16
+        let id: RecordID
+        let operation: Operation
+        let fieldTags: [UInt16]
+    }
+}
+
+extension HistoryEntry {
+    // Layout: [1] [timestamp f64 LE] [origin 16] [author: varint len + UTF-8] [count varint]
+    //         { [type tag u16 BE] [id 16] [op u8] [field count varint] [tags varint…] }
+    static func encode(timestamp: Date, origin: RecordID, author: String?, changes: [HistoryChange.Stored]) -> [UInt8] {
+        var w = ByteWriter(capacity: 32 + changes.count * 24)
+        w.bytes.append(1)
+        let bits = timestamp.timeIntervalSince1970.bitPattern
+        for shift in stride(from: 0, to: 64, by: 8) { w.bytes.append(UInt8(truncatingIfNeeded: bits >> UInt64(shift))) }
+        w.bytes.append(contentsOf: origin.bytes)
+        w.rawString(author ?? "")
+        w.varint(UInt64(changes.count))
+        for change in changes {
+            w.bytes.append(UInt8(change.typeTag >> 8))
+            w.bytes.append(UInt8(change.typeTag & 0xFF))
+            w.bytes.append(contentsOf: change.id.bytes)
+            w.bytes.append(change.operation.rawValue)
+            w.varint(UInt64(change.fieldTags.count))
+            for tag in change.fieldTags { w.varint(UInt64(tag)) }
+        }
+        return w.bytes
+    }
+
+    static func decodeStored(_ bytes: [UInt8]) throws -> (timestamp: Date, origin: RecordID, author: String?, changes: [HistoryChange.Stored]) {
+        var r = ByteReader(bytes)
+        guard try r.byte() == 1 else { throw RecordFormatError(reason: "unknown history entry format") }
+        let timestamp = Date(timeIntervalSince1970: try r.payloadDouble())
+        guard let origin = RecordID(bytes: try r.take(16)) else { throw RecordFormatError(reason: "bad origin") }
+        let author = try r.payloadString()
+        let count = try r.varint()
+        var changes: [HistoryChange.Stored] = []
+        for _ in 0..<count {
+            let hi = try r.byte(), lo = try r.byte()
+            guard let id = RecordID(bytes: try r.take(16)) else { throw RecordFormatError(reason: "bad id") }
+            guard let op = HistoryChange.Operation(rawValue: try r.byte()) else { throw RecordFormatError(reason: "bad operation") }
+            let n = try r.varint()
+            var tags: [UInt16] = []
+            for _ in 0..<n { tags.append(UInt16(truncatingIfNeeded: try r.varint())) }
+            changes.append(.init(typeTag: UInt16(hi) << 8 | UInt16(lo), id: id, operation: op, fieldTags: tags))
+        }
+        return (timestamp, origin, author.isEmpty ? nil : author, changes)
+    }
+
+    static func decode(sequence: UInt64, _ bytes: [UInt8], catalog: Catalog) throws -> HistoryEntry {
+        let stored = try decodeStored(bytes)
+        let changes = stored.changes.map { change -> HistoryChange in
+            let type = catalog.layoutsByTag[change.typeTag]?.schema
+            return HistoryChange(type: type?.name ?? "#\(change.typeTag)", id: change.id, operation: change.operation,
+                                 fields: change.fieldTags.map { tag in type?.field(tagged: tag)?.name ?? "#\(tag)" })
+        }
+        return HistoryEntry(sequence: sequence, timestamp: stored.timestamp, origin: stored.origin, author: stored.author, changes: changes)
+    }
+}
+
+extension Store {
+    /// The token of the newest committed entry (``HistoryToken/beginning`` when none).
+    public func currentToken() throws -> HistoryToken {
+        try read { snapshot in
+            let next = LittleEndian.uint64(try snapshot.txn.get(dbs.meta, key: MetaKey.nextSequence)) ?? 1
+            return HistoryToken(sequence: next - 1)
+        }
+    }
+
+    /// Committed transactions after `token`, in commit order.
+    /// - Parameters:
+    ///   - types: only entries touching these types (and only their changes); nil for all.
+    ///   - limit: at most this many entries.
+    /// Work is proportional to the entries read, not to the store size.
+    public func history(after token: HistoryToken = .beginning, types: Set<String>? = nil, limit: Int? = nil) throws -> [HistoryEntry] {
+        try read { snapshot in
+            let catalog = try reloadCatalog(snapshot.txn)
+            var entries: [HistoryEntry] = []
+            var start = KeyBytes()
+            start.appendBigEndian(token.sequence &+ 1)
+            try snapshot.txn.scan(dbs.history, from: .atOrAfter(start)) { key, value in
+                guard key.count == 8 else { return true }
+                let sequence = key.reduce(UInt64(0)) { $0 << 8 | UInt64($1) }
+                var entry = try HistoryEntry.decode(sequence: sequence, value, catalog: catalog)
+                if let types {
+                    let kept = entry.changes.filter { types.contains($0.type) }
+                    if kept.isEmpty { return true }
+                    entry = HistoryEntry(sequence: entry.sequence, timestamp: entry.timestamp, origin: entry.origin, author: entry.author, changes: kept)
+                }
+                entries.append(entry)
+                return limit.map { entries.count < $0 } ?? true
+            }
+            return entries
+        }
+    }
+}

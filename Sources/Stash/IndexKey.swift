@@ -1,0 +1,200 @@
+import Foundation
+import StashLMDB
+
+/// A value that can be part of an index key, in an order-preserving binary form: comparing
+/// two keys byte by byte gives the same answer as comparing the values.
+///
+/// Every component starts with a presence byte (0 = nil, 1 = value), so optionals sort nil
+/// first and a composite key can hold optionals anywhere.
+public protocol IndexableValue: Sendable, Encodable {
+    /// Appends this value's key component. Allocation-free for every built-in conformance.
+    func appendIndexComponent(to key: inout KeyBytes)
+}
+
+/// The primitive component encodings, shared by the typed conformances and ``FieldValue``
+/// so that a typed insert and a generic (command-line) insert produce identical keys.
+enum IndexComponent {
+    /// Longest UTF-8 (or byte) prefix kept of a string component; longer values make a
+    /// lossy key that is rechecked against the record (LMDB rule 6: keys ≤ 511 bytes).
+    static let maxStringBytes = 120
+
+    static func null(_ key: inout KeyBytes) { key.append(0) }
+
+    static func bool(_ value: Bool, _ key: inout KeyBytes) {
+        key.append(1)
+        key.append(value ? 1 : 0)
+    }
+
+    static func int(_ value: Int64, _ key: inout KeyBytes) {
+        key.append(1)
+        key.appendBigEndian(UInt64(bitPattern: value) ^ (1 << 63))
+    }
+
+    static func double(_ value: Double, _ key: inout KeyBytes) {
+        key.append(1)
+        let bits = (value == 0 ? 0.0 : value).bitPattern  // -0.0 == 0.0
+        key.appendBigEndian(bits & (1 << 63) != 0 ? ~bits : bits | (1 << 63))
+    }
+
+    static func string(_ value: String, _ key: inout KeyBytes) {
+        key.append(1)
+        var written = 0
+        for byte in value.utf8 {
+            if written == maxStringBytes {
+                key.markLossy()
+                break
+            }
+            if byte == 0 {
+                key.append(0)
+                key.append(0xFF)
+            } else {
+                key.append(byte)
+            }
+            written += 1
+        }
+        key.append(0)
+        key.append(0)
+    }
+
+    static func bytes(_ value: some Collection<UInt8>, _ key: inout KeyBytes) {
+        key.append(1)
+        var written = 0
+        for byte in value {
+            if written == maxStringBytes {
+                key.markLossy()
+                break
+            }
+            if byte == 0 {
+                key.append(0)
+                key.append(0xFF)
+            } else {
+                key.append(byte)
+            }
+            written += 1
+        }
+        key.append(0)
+        key.append(0)
+    }
+
+    static func uuid(_ value: UUID, _ key: inout KeyBytes) {
+        key.append(1)
+        let u = value.uuid
+        key.append(u.0); key.append(u.1); key.append(u.2); key.append(u.3)
+        key.append(u.4); key.append(u.5); key.append(u.6); key.append(u.7)
+        key.append(u.8); key.append(u.9); key.append(u.10); key.append(u.11)
+        key.append(u.12); key.append(u.13); key.append(u.14); key.append(u.15)
+    }
+
+    static func recordID(_ value: RecordID, _ key: inout KeyBytes) {
+        key.append(1)
+        key.appendBigEndian(value.high)
+        key.appendBigEndian(value.low)
+    }
+}
+
+extension Bool: IndexableValue {
+    public func appendIndexComponent(to key: inout KeyBytes) { IndexComponent.bool(self, &key) }
+}
+extension Int: IndexableValue {
+    public func appendIndexComponent(to key: inout KeyBytes) { IndexComponent.int(Int64(self), &key) }
+}
+extension Int64: IndexableValue {
+    public func appendIndexComponent(to key: inout KeyBytes) { IndexComponent.int(self, &key) }
+}
+extension Int32: IndexableValue {
+    public func appendIndexComponent(to key: inout KeyBytes) { IndexComponent.int(Int64(self), &key) }
+}
+extension Int16: IndexableValue {
+    public func appendIndexComponent(to key: inout KeyBytes) { IndexComponent.int(Int64(self), &key) }
+}
+extension Int8: IndexableValue {
+    public func appendIndexComponent(to key: inout KeyBytes) { IndexComponent.int(Int64(self), &key) }
+}
+extension UInt32: IndexableValue {
+    public func appendIndexComponent(to key: inout KeyBytes) { IndexComponent.int(Int64(self), &key) }
+}
+extension UInt16: IndexableValue {
+    public func appendIndexComponent(to key: inout KeyBytes) { IndexComponent.int(Int64(self), &key) }
+}
+extension UInt8: IndexableValue {
+    public func appendIndexComponent(to key: inout KeyBytes) { IndexComponent.int(Int64(self), &key) }
+}
+extension Double: IndexableValue {
+    public func appendIndexComponent(to key: inout KeyBytes) { IndexComponent.double(self, &key) }
+}
+extension Float: IndexableValue {
+    public func appendIndexComponent(to key: inout KeyBytes) { IndexComponent.double(Double(self), &key) }
+}
+extension String: IndexableValue {
+    public func appendIndexComponent(to key: inout KeyBytes) { IndexComponent.string(self, &key) }
+}
+extension UUID: IndexableValue {
+    public func appendIndexComponent(to key: inout KeyBytes) { IndexComponent.uuid(self, &key) }
+}
+extension RecordID: IndexableValue {
+    public func appendIndexComponent(to key: inout KeyBytes) { IndexComponent.recordID(self, &key) }
+}
+extension Date: IndexableValue {
+    public func appendIndexComponent(to key: inout KeyBytes) { IndexComponent.double(timeIntervalSince1970, &key) }
+}
+extension Data: IndexableValue {
+    public func appendIndexComponent(to key: inout KeyBytes) { IndexComponent.bytes(self, &key) }
+}
+extension Optional: IndexableValue where Wrapped: IndexableValue {
+    public func appendIndexComponent(to key: inout KeyBytes) {
+        switch self {
+        case .none: IndexComponent.null(&key)
+        case .some(let value): value.appendIndexComponent(to: &key)
+        }
+    }
+}
+
+extension FieldValue: IndexableValue {
+    public func appendIndexComponent(to key: inout KeyBytes) {
+        switch self {
+        case .null: IndexComponent.null(&key)
+        case .bool(let b): IndexComponent.bool(b, &key)
+        case .int(let i): IndexComponent.int(i, &key)
+        case .double(let d): IndexComponent.double(d, &key)
+        case .string(let s): IndexComponent.string(s, &key)
+        case .bytes(let d): IndexComponent.bytes(d, &key)
+        case .uuid(let u): IndexComponent.uuid(u, &key)
+        case .date(let d): IndexComponent.double(d.timeIntervalSince1970, &key)
+        case .array, .map:
+            var writer = ByteWriter()
+            writer.value(self)
+            IndexComponent.bytes(writer.bytes, &key)
+        }
+    }
+}
+
+/// Key layouts of the `records`, `index` and `counts` databases.
+enum StoreKeys {
+    /// `records`: type tag (2, BE) + record id (16).
+    static func record(_ type: UInt16, _ id: RecordID) -> KeyBytes {
+        var key = KeyBytes()
+        key.appendBigEndian(type)
+        key.appendBigEndian(id.high)
+        key.appendBigEndian(id.low)
+        return key
+    }
+
+    static func typePrefix(_ type: UInt16) -> [UInt8] { [UInt8(type >> 8), UInt8(type & 0xFF)] }
+
+    /// `index`: type tag (2) + index tag (2) + components.
+    static func indexPrefix(_ type: UInt16, _ index: UInt16) -> KeyBytes {
+        var key = KeyBytes()
+        key.appendBigEndian(type)
+        key.appendBigEndian(index)
+        return key
+    }
+
+    /// `counts`: type tag (2).
+    static func count(_ type: UInt16) -> KeyBytes {
+        var key = KeyBytes()
+        key.appendBigEndian(type)
+        return key
+    }
+
+    static func id(fromRecordKey key: [UInt8]) -> RecordID? { RecordID(bytes: key.dropFirst(2)) }
+}

@@ -1,0 +1,275 @@
+import Foundation
+import StashLMDB
+
+/// What to fetch: a Foundation `#Predicate`, sort descriptors and a limit, like SwiftData's
+/// `FetchDescriptor`.
+///
+/// ```swift
+/// var descriptor = FetchDescriptor<Item>(predicate: #Predicate { $0.homeID == homeID && $0.wearCount > 3 },
+///                                        sortBy: [SortDescriptor(\.name)])
+/// descriptor.fetchLimit = 20
+/// let items = try store.fetch(descriptor)
+/// print(try store.explain(descriptor))   // Item: index homeID (homeID ==) → filter
+/// ```
+/// Equality and range conjuncts on indexed fields use the index; everything else is
+/// evaluated on each candidate. The result is the same whatever plan is chosen.
+public struct FetchDescriptor<R: Record>: @unchecked Sendable {
+    public var predicate: Predicate<R>?
+    public var sortBy: [SortDescriptor<R>]
+    public var fetchLimit: Int?
+    public var fetchOffset: Int?
+
+    public init(predicate: Predicate<R>? = nil, sortBy: [SortDescriptor<R>] = []) {
+        self.predicate = predicate
+        self.sortBy = sortBy
+    }
+}
+
+/// One field condition the planner can use: `field op value`.
+public struct QueryCondition: Sendable, Equatable, CustomStringConvertible {
+    public enum Operator: String, Sendable {
+        case equal = "==", less = "<", lessOrEqual = "<=", greater = ">", greaterOrEqual = ">="
+        var flipped: Operator {
+            switch self {
+            case .equal: return .equal
+            case .less: return .greater
+            case .lessOrEqual: return .greaterOrEqual
+            case .greater: return .less
+            case .greaterOrEqual: return .lessOrEqual
+            }
+        }
+    }
+    public let field: String
+    public let op: Operator
+    public let value: FieldValue
+
+    public init(field: String, op: Operator, value: FieldValue) {
+        self.field = field
+        self.op = op
+        self.value = value
+    }
+
+    public var description: String { "\(field) \(op.rawValue) \(value.json.text)" }
+
+    /// Evaluates the condition on a value (nil and null only equal null).
+    func matches(_ candidate: FieldValue) -> Bool {
+        if op == .equal { return candidate == value || numericEqual(candidate, value) }
+        guard let order = compare(candidate, value) else { return false }
+        switch op {
+        case .less: return order < 0
+        case .lessOrEqual: return order <= 0
+        case .greater: return order > 0
+        case .greaterOrEqual: return order >= 0
+        case .equal: return order == 0
+        }
+    }
+}
+
+private func numericEqual(_ a: FieldValue, _ b: FieldValue) -> Bool { compare(a, b) == 0 }
+
+/// Orders two values of compatible kinds; nil when they cannot be compared.
+func compare(_ a: FieldValue, _ b: FieldValue) -> Int? {
+    func sign<T: Comparable>(_ x: T, _ y: T) -> Int { x < y ? -1 : (x > y ? 1 : 0) }
+    switch (a, b) {
+    case (.int(let x), .int(let y)): return sign(x, y)
+    case (.int(let x), .double(let y)): return sign(Double(x), y)
+    case (.double(let x), .int(let y)): return sign(x, Double(y))
+    case (.double(let x), .double(let y)): return sign(x, y)
+    case (.string(let x), .string(let y)): return sign(x, y)
+    case (.date(let x), .date(let y)): return sign(x, y)
+    case (.bool(let x), .bool(let y)): return sign(x ? 1 : 0, y ? 1 : 0)
+    case (.uuid(let x), .uuid(let y)): return sign(x.uuidString.lowercased(), y.uuidString.lowercased())
+    default: return nil
+    }
+}
+
+/// How a query reads the store, as chosen by the planner; ``Store/explain(_:)`` returns it.
+public struct QueryPlan: Sendable, CustomStringConvertible {
+    public enum Access: Sendable, Equatable {
+        /// One record by id.
+        case recordID(RecordID)
+        /// All ids under one key of an index (equality on its leading fields).
+        case indexEquality(index: String, fields: [String])
+        /// A key range of an index: equality on leading fields, then a range on the next.
+        case indexRange(index: String, equalityFields: [String], rangeField: String)
+        /// Every record of the type.
+        case scan
+    }
+    public let type: String
+    public let access: Access
+    /// Conditions answered by the access path.
+    public let indexedConditions: [QueryCondition]
+    /// True when some part of the predicate is evaluated on each candidate record.
+    public let hasFilter: Bool
+
+    public var usesIndex: Bool {
+        switch access {
+        case .indexEquality, .indexRange, .recordID: return true
+        case .scan: return false
+        }
+    }
+
+    /// True when the count is one `mdb_cursor_count`: index equality, nothing left to filter.
+    public var isExactIndexCount: Bool {
+        if case .indexEquality = access, !hasFilter, !lossy { return true }
+        return false
+    }
+
+    // Execution details.
+    let index: IndexSchema?
+    let equalityValues: [FieldValue]
+    let lower: QueryCondition?
+    let upper: QueryCondition?
+    let lossy: Bool
+
+    public var description: String {
+        let access: String
+        switch self.access {
+        case .recordID(let id): access = "get by id \(id)"
+        case .indexEquality(let index, _): access = "index \(index) equality (\(indexedConditions.map(\.description).joined(separator: " && ")))"
+        case .indexRange(let index, _, _): access = "index \(index) range (\(indexedConditions.map(\.description).joined(separator: " && ")))"
+        case .scan: access = "full scan"
+        }
+        return "\(type): \(access)\(hasFilter || lossy ? " → filter each candidate by the predicate" : "")"
+    }
+}
+
+/// Chooses an access path for a set of conditions on one type.
+enum QueryPlanner {
+    static func plan(type: TypeSchema, conditions: [QueryCondition], hasResidual: Bool) -> QueryPlan {
+        if let byID = conditions.first(where: { $0.field == "id" && $0.op == .equal }),
+           case .uuid(let uuid) = byID.value {
+            return QueryPlan(type: type.name, access: .recordID(RecordID(uuid)), indexedConditions: [byID],
+                             hasFilter: hasResidual || conditions.count > 1, index: nil, equalityValues: [], lower: nil, upper: nil, lossy: false)
+        }
+        var best: (score: Int, plan: QueryPlan)?
+        for index in type.indexes {
+            var used: [QueryCondition] = []
+            var values: [FieldValue] = []
+            for field in index.fields {
+                guard let eq = conditions.first(where: { $0.field == field && $0.op == .equal }) else { break }
+                used.append(eq)
+                values.append(eq.value)
+            }
+            var lower: QueryCondition?, upper: QueryCondition?
+            if values.count < index.fields.count {
+                let next = index.fields[values.count]
+                lower = conditions.first { $0.field == next && ($0.op == .greater || $0.op == .greaterOrEqual) }
+                upper = conditions.first { $0.field == next && ($0.op == .less || $0.op == .lessOrEqual) }
+                if let lower { used.append(lower) }
+                if let upper { used.append(upper) }
+            }
+            let isRange = lower != nil || upper != nil
+            guard !values.isEmpty || isRange else { continue }
+            let full = values.count == index.fields.count
+            // Prefer more equality fields, then a complete key, then a range, then fewer fields.
+            let score = values.count * 100 + (full ? 50 : 0) + (isRange ? 10 : 0) - index.fields.count
+            let unused = conditions.contains { c in !used.contains(c) }
+            var probe = KeyBytes()
+            for v in values { v.appendIndexComponent(to: &probe) }
+            // A partial key without a range is a prefix scan: a range with no bounds.
+            let access: QueryPlan.Access = full
+                ? .indexEquality(index: index.name, fields: index.fields)
+                : .indexRange(index: index.name, equalityFields: Array(index.fields.prefix(values.count)), rangeField: index.fields[values.count])
+            let plan = QueryPlan(type: type.name, access: access, indexedConditions: used,
+                                 hasFilter: hasResidual || unused || isRange, index: index, equalityValues: values,
+                                 lower: lower, upper: upper, lossy: probe.isLossy)
+            if best == nil || score > best!.score { best = (score, plan) }
+        }
+        return best?.plan ?? QueryPlan(type: type.name, access: .scan, indexedConditions: [], hasFilter: hasResidual || !conditions.isEmpty,
+                                       index: nil, equalityValues: [], lower: nil, upper: nil, lossy: false)
+    }
+}
+
+// MARK: Reading predicates
+
+// The planner reads Foundation's predicate expression tree through these small views of
+// the expression types; anything it does not recognize stays in the filter.
+protocol PlannerConjunction { var plannerOperands: (Any, Any) { get } }
+protocol PlannerEqual { var plannerOperands: (Any, Any) { get } }
+protocol PlannerComparison { var plannerOperands: (Any, Any) { get }; var plannerOperator: QueryCondition.Operator { get } }
+protocol PlannerKeyPath { var plannerRoot: Any { get }; var plannerKeyPath: AnyKeyPath { get } }
+protocol PlannerVariable {}
+
+extension PredicateExpressions.Conjunction: PlannerConjunction { var plannerOperands: (Any, Any) { (lhs, rhs) } }
+extension PredicateExpressions.Equal: PlannerEqual { var plannerOperands: (Any, Any) { (lhs, rhs) } }
+extension PredicateExpressions.Comparison: PlannerComparison {
+    var plannerOperands: (Any, Any) { (lhs, rhs) }
+    var plannerOperator: QueryCondition.Operator {
+        switch op {
+        case .lessThan: return .less
+        case .lessThanOrEqual: return .lessOrEqual
+        case .greaterThan: return .greater
+        case .greaterThanOrEqual: return .greaterOrEqual
+        @unknown default: return .equal
+        }
+    }
+}
+extension PredicateExpressions.KeyPath: PlannerKeyPath {
+    var plannerRoot: Any { root }
+    var plannerKeyPath: AnyKeyPath { keyPath }
+}
+extension PredicateExpressions.Variable: PlannerVariable {}
+
+enum PredicateAnalyzer {
+    /// The conjuncts of `predicate` that are `field op constant`, and whether anything else remains.
+    static func conditions<R>(of predicate: Predicate<R>) -> (conditions: [QueryCondition], residual: Bool) {
+        var conditions: [QueryCondition] = []
+        var residual = false
+        func walk(_ expression: Any) {
+            if let and = expression as? PlannerConjunction {
+                walk(and.plannerOperands.0)
+                walk(and.plannerOperands.1)
+            } else if let eq = expression as? PlannerEqual, let c = condition(eq.plannerOperands, .equal) {
+                conditions.append(c)
+            } else if let cmp = expression as? PlannerComparison, let c = condition(cmp.plannerOperands, cmp.plannerOperator) {
+                conditions.append(c)
+            } else {
+                residual = true
+            }
+        }
+        walk(predicate.expression)
+        return (conditions, residual)
+    }
+
+    private static func condition(_ operands: (Any, Any), _ op: QueryCondition.Operator) -> QueryCondition? {
+        if let field = fieldName(operands.0), let value = constant(operands.1) {
+            return QueryCondition(field: field, op: op, value: value)
+        }
+        if let field = fieldName(operands.1), let value = constant(operands.0) {
+            return QueryCondition(field: field, op: op.flipped, value: value)
+        }
+        return nil
+    }
+
+    /// `$0.field` with one path component.
+    private static func fieldName(_ operand: Any) -> String? {
+        guard let kp = operand as? PlannerKeyPath, kp.plannerRoot is PlannerVariable else { return nil }
+        let name = Stash.fieldName(of: kp.plannerKeyPath)
+        return name.contains(".") ? nil : name
+    }
+
+    /// An operand that does not involve the record, evaluated now.
+    private static func constant(_ operand: Any) -> FieldValue? {
+        guard let expression = operand as? any PredicateExpression, !mentionsVariable(operand) else { return nil }
+        guard let value = try? evaluate(expression) else { return nil }
+        if let special = specialFieldValue(value) { return special }
+        guard let encodable = value as? any Encodable, let field = try? FieldValue(encoding: encodable) else { return nil }
+        switch field {
+        case .map, .array: return nil
+        default: return field
+        }
+    }
+
+    private static func evaluate<E: PredicateExpression>(_ expression: E) throws -> Any {
+        try expression.evaluate(PredicateBindings())
+    }
+
+    private static func mentionsVariable(_ operand: Any) -> Bool {
+        if operand is PlannerVariable { return true }
+        if let kp = operand as? PlannerKeyPath { return mentionsVariable(kp.plannerRoot) }
+        // Only key paths on constants and plain values are treated as constants.
+        let name = String(describing: type(of: operand))
+        return name.contains("Variable<")
+    }
+}

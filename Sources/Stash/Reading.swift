@@ -1,0 +1,322 @@
+import Foundation
+import StashLMDB
+
+/// Reading operations shared by ``StoreSnapshot`` (a read transaction) and
+/// ``StoreTransaction`` (the write transaction, which sees its own uncommitted writes).
+public protocol StoreReading {
+    /// The reader behind the operations; opaque.
+    var reader: RecordReader { get }
+}
+
+/// The state a read needs: the store, the LMDB transaction, and the schema it sees. Opaque.
+public struct RecordReader {
+    let store: Store
+    let txn: any TransactionReading
+    let catalogSource: () -> Catalog
+    let pendingCount: ((UInt16) throws -> Int)?
+
+    var catalog: Catalog { catalogSource() }
+    var dbs: StoreDatabases { store.dbs }
+    var path: String { store.path }
+
+    func layout(_ name: String) throws -> TypeLayout {
+        if let layout = catalog.layoutsByName[name] { return layout }
+        // Perhaps another process added the type since we last looked.
+        return try store.reloadCatalog(txn).layout(name, store: path)
+    }
+
+    func storedCount(_ tag: UInt16) throws -> Int {
+        if let pendingCount { return try pendingCount(tag) }
+        return Int(LittleEndian.uint64(try txn.get(dbs.counts, key: StoreKeys.count(tag))) ?? 0)
+    }
+
+    func bytes(_ layout: TypeLayout, _ id: RecordID) throws -> [UInt8]? {
+        try txn.get(dbs.records, key: StoreKeys.record(layout.schema.tag, id))
+    }
+
+    func decode<R: Record>(_ type: R.Type, _ bytes: [UInt8], _ id: RecordID, _ layout: TypeLayout) throws -> R {
+        do {
+            return try R(from: RecordDecoder(record: try EncodedRecord(bytes), id: id, layout: layout))
+        } catch {
+            throw StoreError(.corrupted, "store \(path): \(layout.schema.name) \(id) cannot be decoded as \(R.self): \(describe(error))")
+        }
+    }
+
+    func generic(_ bytes: [UInt8], _ id: RecordID, _ layout: TypeLayout) throws -> GenericRecord {
+        var layout = layout
+        let record: EncodedRecord
+        do { record = try EncodedRecord(bytes) }
+        catch { throw StoreError(.corrupted, "store \(path): \(layout.schema.name) \(id) cannot be decoded: \(error)") }
+        if record.fields.contains(where: { layout.schema.field(tagged: $0.tag) == nil }) {
+            layout = try store.reloadCatalog(txn).layout(layout.schema.name, store: path)   // written by a newer schema
+        }
+        return try GenericRecord(decoding: record, id: id, layout: layout)
+    }
+
+    /// Calls `body(id, bytes)` for each candidate record of a plan, until it returns false.
+    func candidates(_ plan: QueryPlan, _ layout: TypeLayout, _ body: (RecordID, [UInt8]) throws -> Bool) throws {
+        let tag = layout.schema.tag
+        switch plan.access {
+        case .recordID(let id):
+            if let bytes = try bytes(layout, id) { _ = try body(id, bytes) }
+        case .indexEquality:
+            var key = StoreKeys.indexPrefix(tag, plan.index!.tag)
+            for value in plan.equalityValues { value.appendIndexComponent(to: &key) }
+            try txn.forEachDuplicate(dbs.index, key: key) { value in
+                guard let id = RecordID(bytes: value[...]), let bytes = try bytes(layout, id) else { return true }
+                return try body(id, bytes)
+            }
+        case .indexRange:
+            var prefix = StoreKeys.indexPrefix(tag, plan.index!.tag)
+            for value in plan.equalityValues { value.appendIndexComponent(to: &prefix) }
+            var start = prefix
+            plan.lower?.value.appendIndexComponent(to: &start)
+            var upper: [UInt8]?
+            if let bound = plan.upper {
+                var key = prefix
+                bound.value.appendIndexComponent(to: &key)
+                upper = key.bytes
+            }
+            let prefixBytes = prefix.bytes
+            try txn.scan(dbs.index, from: .atOrAfter(start)) { key, value in
+                guard key.starts(with: prefixBytes) else { return false }
+                if let upper, !key.starts(with: upper), upper.lexicographicallyPrecedes(key) { return false }
+                guard let id = RecordID(bytes: value[...]), let bytes = try bytes(layout, id) else { return true }
+                return try body(id, bytes)
+            }
+        case .scan:
+            try txn.scan(dbs.records, prefix: StoreKeys.typePrefix(tag)) { key, value in
+                guard let id = StoreKeys.id(fromRecordKey: key) else { return true }
+                return try body(id, value)
+            }
+        }
+    }
+
+    func plan<R: Record>(_ descriptor: FetchDescriptor<R>) throws -> (QueryPlan, TypeLayout) {
+        let layout = try layout(R.recordType)
+        guard let predicate = descriptor.predicate else {
+            return (QueryPlanner.plan(type: layout.schema, conditions: [], hasResidual: false), layout)
+        }
+        let (conditions, residual) = PredicateAnalyzer.conditions(of: predicate)
+        return (QueryPlanner.plan(type: layout.schema, conditions: conditions, hasResidual: residual), layout)
+    }
+
+    /// Records matching `descriptor`; `limit` is applied here only when there is no sort.
+    func matches<R: Record>(_ descriptor: FetchDescriptor<R>, _ plan: QueryPlan, _ layout: TypeLayout,
+                            _ body: (R) throws -> Bool) throws {
+        try candidates(plan, layout) { id, bytes in
+            let record = try decode(R.self, bytes, id, layout)
+            if let predicate = descriptor.predicate {
+                do { guard try predicate.evaluate(record) else { return true } }
+                catch { throw StoreError(.invalidValue, "store \(path): the predicate failed on \(layout.schema.name) \(id): \(error)") }
+            }
+            return try body(record)
+        }
+    }
+}
+
+extension StoreReading {
+    /// The record with `id`, or nil. O(log n): one B-tree lookup and a decode.
+    public func get<R: Record>(_ type: R.Type, id: RecordID) throws -> R? {
+        let layout = try reader.layout(R.recordType)
+        return try reader.bytes(layout, id).map { try reader.decode(R.self, $0, id, layout) }
+    }
+
+    /// The number of records of a type. O(1): one lookup in `counts`.
+    public func count<R: Record>(_ type: R.Type) throws -> Int {
+        try reader.storedCount(try reader.layout(R.recordType).schema.tag)
+    }
+
+    /// The number of records whose `keyPath` equals `value`.
+    ///
+    /// O(1) with a single-field index on `keyPath` (one `mdb_cursor_count`); otherwise the
+    /// same answer from a prefix scan of a composite index or a full scan.
+    public func count<R: Record, V: IndexableValue>(_ type: R.Type, where keyPath: KeyPath<R, V>, equals value: V) throws -> Int {
+        let condition = QueryCondition(field: fieldName(of: keyPath), op: .equal, value: try FieldValue(encoding: value))
+        return try count(typeNamed: R.recordType, where: [condition])
+    }
+
+    /// The records matching `descriptor`, sorted and limited as it says.
+    public func fetch<R: Record>(_ descriptor: FetchDescriptor<R>) throws -> [R] {
+        let (plan, layout) = try reader.plan(descriptor)
+        var results: [R] = []
+        let offset = descriptor.fetchOffset ?? 0
+        let early = descriptor.sortBy.isEmpty ? descriptor.fetchLimit.map { $0 + offset } : nil
+        try reader.matches(descriptor, plan, layout) { record in
+            results.append(record)
+            return early.map { results.count < $0 } ?? true
+        }
+        if !descriptor.sortBy.isEmpty {
+            results.sort { a, b in
+                for sort in descriptor.sortBy {
+                    switch sort.compare(a, b) {
+                    case .orderedAscending: return true
+                    case .orderedDescending: return false
+                    case .orderedSame: continue
+                    }
+                }
+                return false
+            }
+        }
+        let start = min(offset, results.count)
+        let end = descriptor.fetchLimit.map { min(results.count, start + $0) } ?? results.count
+        return Array(results[start..<end])
+    }
+
+    /// The number of records matching `descriptor`'s predicate (limit and offset ignored).
+    /// O(1) when the plan is an index equality with nothing left to filter.
+    public func fetchCount<R: Record>(_ descriptor: FetchDescriptor<R>) throws -> Int {
+        let (plan, layout) = try reader.plan(descriptor)
+        if descriptor.predicate == nil { return try reader.storedCount(layout.schema.tag) }
+        if plan.isExactIndexCount {
+            var key = StoreKeys.indexPrefix(layout.schema.tag, plan.index!.tag)
+            for value in plan.equalityValues { value.appendIndexComponent(to: &key) }
+            return try reader.txn.duplicateCount(reader.dbs.index, key: key)
+        }
+        var n = 0
+        try reader.matches(descriptor, plan, layout) { _ in n += 1; return true }
+        return n
+    }
+
+    /// The plan the store would use for `descriptor`.
+    public func explain<R: Record>(_ descriptor: FetchDescriptor<R>) throws -> QueryPlan {
+        try reader.plan(descriptor).0
+    }
+
+    // MARK: Generic (schema-driven) reads
+
+    /// A record read through the stored schema, without its Swift type.
+    public func get(typeNamed type: String, id: RecordID) throws -> GenericRecord? {
+        let layout = try reader.layout(type)
+        return try reader.bytes(layout, id).map { try reader.generic($0, id, layout) }
+    }
+
+    /// Calls `body` with every record of a type in id order, until it returns false.
+    public func forEachRecord(typeNamed type: String, _ body: (GenericRecord) throws -> Bool) throws {
+        let layout = try reader.layout(type)
+        let plan = QueryPlanner.plan(type: layout.schema, conditions: [], hasResidual: false)
+        try reader.candidates(plan, layout) { id, bytes in try body(try reader.generic(bytes, id, layout)) }
+    }
+
+    /// The number of records of a type. O(1).
+    public func count(typeNamed type: String) throws -> Int {
+        try reader.storedCount(try reader.layout(type).schema.tag)
+    }
+
+    /// Records of `type` satisfying every condition, planned like a predicate.
+    public func fetch(typeNamed type: String, where conditions: [QueryCondition], limit: Int? = nil) throws -> [GenericRecord] {
+        let layout = try reader.layout(type)
+        try validate(conditions, layout)
+        let plan = QueryPlanner.plan(type: layout.schema, conditions: conditions, hasResidual: false)
+        var results: [GenericRecord] = []
+        try reader.candidates(plan, layout) { id, bytes in
+            let record = try reader.generic(bytes, id, layout)
+            if conditions.allSatisfy({ $0.matches($0.field == "id" ? .uuid(id.uuid) : record.fields[$0.field] ?? .null) }) {
+                results.append(record)
+            }
+            return limit.map { results.count < $0 } ?? true
+        }
+        return results
+    }
+
+    /// The number of records of `type` satisfying every condition; O(1) for an equality on a
+    /// whole index key.
+    public func count(typeNamed type: String, where conditions: [QueryCondition]) throws -> Int {
+        let layout = try reader.layout(type)
+        if conditions.isEmpty { return try reader.storedCount(layout.schema.tag) }
+        let plan = try explain(typeNamed: type, where: conditions)
+        if plan.isExactIndexCount {
+            var key = StoreKeys.indexPrefix(layout.schema.tag, plan.index!.tag)
+            for value in plan.equalityValues { value.appendIndexComponent(to: &key) }
+            return try reader.txn.duplicateCount(reader.dbs.index, key: key)
+        }
+        return try fetch(typeNamed: type, where: conditions).count
+    }
+
+    /// The plan for a generic query.
+    public func explain(typeNamed type: String, where conditions: [QueryCondition]) throws -> QueryPlan {
+        let layout = try reader.layout(type)
+        try validate(conditions, layout)
+        return QueryPlanner.plan(type: layout.schema, conditions: conditions, hasResidual: false)
+    }
+
+    private func validate(_ conditions: [QueryCondition], _ layout: TypeLayout) throws {
+        for condition in conditions where condition.field != "id" && layout.schema.field(named: condition.field) == nil {
+            let known = layout.schema.fields.map(\.name).sorted().joined(separator: ", ")
+            throw StoreError(.unknownField, "store \(reader.path): \(layout.schema.name) has no field '\(condition.field)' (fields: \(known))")
+        }
+    }
+}
+
+/// A consistent read-only view of the store; valid inside ``Store/read(_:)`` only.
+public struct StoreSnapshot: StoreReading {
+    public let reader: RecordReader
+    let txn: ReadTransaction
+
+    init(store: Store, txn: ReadTransaction, catalog: Catalog) {
+        self.txn = txn
+        reader = RecordReader(store: store, txn: txn, catalogSource: { catalog }, pendingCount: nil)
+    }
+}
+
+/// The write transaction of ``Store/write(author:_:)``: reads see this transaction's own
+/// writes; every write updates record, indexes, counts and history together.
+public struct StoreTransaction: StoreReading {
+    let context: WriteContext
+    public let reader: RecordReader
+
+    init(context: WriteContext, store: Store) {
+        self.context = context
+        reader = RecordReader(store: store, txn: context.txn, catalogSource: { context.catalog }, pendingCount: context.count)
+    }
+
+    /// Adds a record. - Throws: `.duplicateID` if the id exists, `.uniqueViolation`.
+    public func insert<R: Record>(_ record: R) throws {
+        let (layout, bytes) = try context.encode(record)
+        try context.put(layout, id: record.id, bytes: bytes, mode: .insert)
+    }
+
+    /// Adds or replaces a record.
+    public func upsert<R: Record>(_ record: R) throws {
+        let (layout, bytes) = try context.encode(record)
+        try context.put(layout, id: record.id, bytes: bytes, mode: .upsert)
+    }
+
+    /// Replaces an existing record. - Throws: `.notFound` when there is none.
+    public func update<R: Record>(_ record: R) throws {
+        let (layout, bytes) = try context.encode(record)
+        try context.put(layout, id: record.id, bytes: bytes, mode: .update)
+    }
+
+    /// Reads, changes and writes back one record. - Throws: `.notFound`.
+    @discardableResult
+    public func update<R: Record>(_ type: R.Type, id: RecordID, _ change: (inout R) throws -> Void) throws -> R {
+        guard var record = try get(type, id: id) else {
+            throw StoreError(.notFound, "store \(reader.path): no \(R.recordType) with id \(id) to update")
+        }
+        try change(&record)
+        guard record.id == id else {
+            throw StoreError(.invalidValue, "store \(reader.path): an update changed the id of \(R.recordType) \(id); insert a new record instead")
+        }
+        try update(record)
+        return record
+    }
+
+    /// Deletes a record. - Returns: false when there was none.
+    @discardableResult
+    public func delete<R: Record>(_ type: R.Type, id: RecordID) throws -> Bool {
+        try context.remove(try context.layout(R.recordType), id: id)
+    }
+
+    /// Writes a record given as field values through the stored schema.
+    public func put(_ record: GenericRecord, replacing: Bool = true) throws {
+        let (layout, bytes) = try context.encode(record)
+        try context.put(layout, id: record.id, bytes: bytes, mode: replacing ? .upsert : .insert)
+    }
+
+    /// Deletes a record by type name. - Returns: false when there was none.
+    @discardableResult
+    public func delete(typeNamed type: String, id: RecordID) throws -> Bool {
+        try context.remove(try context.layout(type), id: id)
+    }
+}

@@ -1,0 +1,84 @@
+import Foundation
+
+/// A typed record: a `Codable` struct with a stable type name and a ``RecordID``.
+///
+/// ```swift
+/// struct Item: Record {
+///     var id = RecordID()
+///     var homeID: RecordID
+///     var name: String
+///     static let indexes: [RecordIndex<Item>] = [.index(\.homeID), .index(\.homeID, \.name)]
+/// }
+/// let store = try Store.open(at: dir, types: [Home.self, Item.self])
+/// try store.insert(Item(homeID: home.id, name: "Lamp"))
+/// let n = try store.count(Item.self, where: \.homeID, equals: home.id)   // O(1)
+/// ```
+///
+/// ## Topics
+/// - ``recordType``: the name stored in the schema (default: the Swift type name).
+/// - ``indexes``: secondary indexes by key path; ``RecordIndex/unique(_:)`` for unique keys.
+/// - ``isLocalOnly``: never synced.
+/// - ``fieldDefaults``: values for fields added after records were stored.
+public protocol Record: Codable, Sendable {
+    /// The stable name of the type in the store. Renaming the Swift type must keep it.
+    static var recordType: String { get }
+    var id: RecordID { get }
+    static var indexes: [RecordIndex<Self>] { get }
+    /// Records of a local-only type stay on this device.
+    static var isLocalOnly: Bool { get }
+    /// Values decoded for fields that a stored record lacks (a field added later).
+    static var fieldDefaults: [String: FieldValue] { get }
+}
+
+extension Record {
+    public static var recordType: String { String(describing: Self.self) }
+    public static var indexes: [RecordIndex<Self>] { [] }
+    public static var isLocalOnly: Bool { false }
+    public static var fieldDefaults: [String: FieldValue] { [:] }
+}
+
+/// A secondary index of a ``Record`` type, declared by key path.
+public struct RecordIndex<R: Record>: @unchecked Sendable {
+    /// The key paths in key order (stored as immutable key path objects).
+    public let keyPaths: [PartialKeyPath<R>]
+    public let fields: [String]
+    public let unique: Bool
+
+    init(_ keyPaths: [PartialKeyPath<R>], unique: Bool) {
+        self.keyPaths = keyPaths
+        self.fields = keyPaths.map(fieldName(of:))
+        self.unique = unique
+    }
+
+    public static func index<A: IndexableValue>(_ a: KeyPath<R, A>) -> Self { Self([a], unique: false) }
+    public static func index<A: IndexableValue, B: IndexableValue>(_ a: KeyPath<R, A>, _ b: KeyPath<R, B>) -> Self {
+        Self([a, b], unique: false)
+    }
+    public static func index<A: IndexableValue, B: IndexableValue, C: IndexableValue>(
+        _ a: KeyPath<R, A>, _ b: KeyPath<R, B>, _ c: KeyPath<R, C>) -> Self {
+        Self([a, b, c], unique: false)
+    }
+    /// A unique index: inserting a second record with the same value throws ``StoreError/Code/uniqueViolation``.
+    public static func unique<A: IndexableValue>(_ a: KeyPath<R, A>) -> Self { Self([a], unique: true) }
+    public static func unique<A: IndexableValue, B: IndexableValue>(_ a: KeyPath<R, A>, _ b: KeyPath<R, B>) -> Self {
+        Self([a, b], unique: true)
+    }
+
+    var declaration: IndexDeclaration { IndexDeclaration(fields: fields, unique: unique) }
+}
+
+/// The stored field name of a key path: `\Item.homeID` → `homeID`, `\Item.size.width` → `size.width`.
+func fieldName(of keyPath: AnyKeyPath) -> String {
+    let text = String(describing: keyPath)
+    guard let dot = text.firstIndex(of: ".") else { return text }
+    return String(text[text.index(after: dot)...])
+}
+
+extension Record {
+    /// The declaration the store merges into its schema at open: indexes and flags from the
+    /// type, fields probed from its `Decodable` conformance where possible.
+    static var declaration: TypeDeclaration {
+        TypeDeclaration(name: recordType, fields: FieldProbe.fields(of: Self.self) ?? [],
+                        indexes: indexes.map(\.declaration), localOnly: isLocalOnly, defaults: fieldDefaults)
+    }
+}

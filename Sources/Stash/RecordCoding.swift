@@ -1,0 +1,285 @@
+import Foundation
+
+/// Gives the tag of a field while encoding, adding the field to the schema when it is new
+/// (and checking that its kind did not change).
+protocol FieldTagResolver: AnyObject {
+    func tag(for name: String, kind: FieldKind?) throws -> UInt16
+}
+
+/// Encodes a record's top-level fields straight into the stored layout (``RecordFormat``);
+/// nested values go through ``TreeEncoder``. The `id` property is not stored in the value:
+/// it is the record's key.
+final class RecordEncoder: Encoder {
+    var codingPath: [any CodingKey] = []
+    var userInfo: [CodingUserInfoKey: Any] { [:] }
+    var writer = ByteWriter(capacity: 256)
+    var fieldCount = 0
+    var pending: [(String, EncodingNode)] = []
+    let resolver: any FieldTagResolver
+    var failure: (any Error)?
+
+    init(resolver: any FieldTagResolver) {
+        self.resolver = resolver
+        writer.beginRecord()
+    }
+
+    static func encode(_ record: some Encodable, resolver: any FieldTagResolver) throws -> [UInt8] {
+        let encoder = RecordEncoder(resolver: resolver)
+        try record.encode(to: encoder)
+        return try encoder.finish()
+    }
+
+    /// Encodes a generic record's fields (no Codable involved).
+    static func encode(fields: [String: FieldValue], resolver: any FieldTagResolver) throws -> [UInt8] {
+        let encoder = RecordEncoder(resolver: resolver)
+        for name in fields.keys.sorted() where name != "id" {
+            let value = fields[name]!
+            if value == .null { continue }
+            try encoder.field(name, value.kind) { $0.value(value) }
+        }
+        return try encoder.finish()
+    }
+
+    func finish() throws -> [UInt8] {
+        if let failure { throw failure }
+        for (name, node) in pending {
+            let value = node.resolved
+            try field(name, value.kind) { $0.value(value) }
+        }
+        pending.removeAll()
+        writer.finishRecord(fieldCount: fieldCount)
+        return writer.bytes
+    }
+
+    @inline(__always)
+    func field(_ name: String, _ kind: FieldKind?, _ write: (inout ByteWriter) -> Void) throws {
+        let tag = try resolver.tag(for: name, kind: kind)
+        writer.varint(UInt64(tag))
+        write(&writer)
+        fieldCount += 1
+    }
+
+    func container<Key: CodingKey>(keyedBy type: Key.Type) -> KeyedEncodingContainer<Key> {
+        KeyedEncodingContainer(RecordKeyedEncoder<Key>(encoder: self))
+    }
+
+    func unkeyedContainer() -> any UnkeyedEncodingContainer {
+        failure = StoreError(.invalidValue, "a record must encode as a keyed container (a struct with fields), not an array")
+        return TreeUnkeyedEncoder(node: ArrayNode(), codingPath: [])
+    }
+
+    func singleValueContainer() -> any SingleValueEncodingContainer {
+        failure = StoreError(.invalidValue, "a record must encode as a keyed container (a struct with fields), not a single value")
+        return TreeSingleEncoder(encoder: TreeEncoder())
+    }
+}
+
+struct RecordKeyedEncoder<Key: CodingKey>: KeyedEncodingContainerProtocol {
+    let encoder: RecordEncoder
+    var codingPath: [any CodingKey] { [] }
+
+    mutating func encodeNil(forKey key: Key) throws {}
+    mutating func encode(_ value: Bool, forKey key: Key) throws {
+        try encoder.field(key.stringValue, .bool) { $0.bool(value) }
+    }
+    mutating func encode(_ value: String, forKey key: Key) throws {
+        try encoder.field(key.stringValue, .string) { $0.string(value) }
+    }
+    mutating func encode(_ value: Double, forKey key: Key) throws {
+        try encoder.field(key.stringValue, .double) { $0.double(value) }
+    }
+    mutating func encode(_ value: Float, forKey key: Key) throws {
+        try encoder.field(key.stringValue, .double) { $0.double(Double(value)) }
+    }
+    mutating func encode(_ value: Int, forKey key: Key) throws {
+        try encoder.field(key.stringValue, .int) { $0.int(Int64(value)) }
+    }
+    mutating func encode(_ value: Int64, forKey key: Key) throws {
+        try encoder.field(key.stringValue, .int) { $0.int(value) }
+    }
+    mutating func encode<T: Encodable>(_ value: T, forKey key: Key) throws {
+        if key.stringValue == "id", value is RecordID { return }
+        switch value {
+        case let v as UUID: try encoder.field(key.stringValue, .uuid) { $0.uuid(v) }
+        case let v as RecordID: try encoder.field(key.stringValue, .uuid) { $0.uuid(v.uuid) }
+        case let v as Date: try encoder.field(key.stringValue, .date) { $0.double(v.timeIntervalSince1970, kind: .date) }
+        case let v as Data: try encoder.field(key.stringValue, .bytes) { $0.data(v) }
+        default:
+            let fieldValue = try FieldValue(encoding: value)
+            if fieldValue == .null { return }
+            try encoder.field(key.stringValue, fieldValue.kind) { $0.value(fieldValue) }
+        }
+    }
+    mutating func encodeIfPresent<T: Encodable>(_ value: T?, forKey key: Key) throws {
+        guard let value else { return }
+        try encode(value, forKey: key)
+    }
+
+    mutating func nestedContainer<NestedKey: CodingKey>(keyedBy keyType: NestedKey.Type, forKey key: Key) -> KeyedEncodingContainer<NestedKey> {
+        let node = MapNode()
+        encoder.pending.append((key.stringValue, .map(node)))
+        return KeyedEncodingContainer(TreeKeyedEncoder<NestedKey>(node: node, codingPath: [key]))
+    }
+
+    mutating func nestedUnkeyedContainer(forKey key: Key) -> any UnkeyedEncodingContainer {
+        let node = ArrayNode()
+        encoder.pending.append((key.stringValue, .array(node)))
+        return TreeUnkeyedEncoder(node: node, codingPath: [key])
+    }
+
+    mutating func superEncoder() -> any Encoder { superEncoder(forKey: Key(stringValue: "super")!) }
+    mutating func superEncoder(forKey key: Key) -> any Encoder {
+        let tree = TreeEncoder(codingPath: [key])
+        let node = MapNode()
+        tree.root = .map(node)
+        encoder.pending.append((key.stringValue, .map(node)))
+        return tree
+    }
+}
+
+/// The decoding view of one stored type: tags by name and defaults for missing fields.
+final class TypeLayout: Sendable {
+    let schema: TypeSchema
+    let tagsByName: [String: UInt16]
+    let defaults: [String: FieldValue]
+
+    init(_ schema: TypeSchema) {
+        self.schema = schema
+        var defaults: [String: FieldValue] = [:]
+        for field in schema.fields { if let value = field.defaultValue { defaults[field.name] = value } }
+        self.defaults = defaults
+        tagsByName = Dictionary(schema.fields.map { ($0.name, $0.tag) }, uniquingKeysWith: { a, _ in a })
+    }
+}
+
+/// Decodes a typed record from its stored bytes: top-level primitives straight from the bytes,
+/// nested values through ``TreeDecoder``, `id` from the key.
+struct RecordDecoder: Decoder {
+    let record: EncodedRecord
+    let id: RecordID
+    let layout: TypeLayout
+    var codingPath: [any CodingKey] { [] }
+    var userInfo: [CodingUserInfoKey: Any] { [:] }
+
+    func container<Key: CodingKey>(keyedBy type: Key.Type) throws -> KeyedDecodingContainer<Key> {
+        KeyedDecodingContainer(RecordKeyedDecoder<Key>(decoder: self))
+    }
+
+    func unkeyedContainer() throws -> any UnkeyedDecodingContainer {
+        throw DecodingError.typeMismatch([Any].self, .init(codingPath: [], debugDescription: "a stored record is a keyed container"))
+    }
+
+    func singleValueContainer() throws -> any SingleValueDecodingContainer {
+        throw DecodingError.typeMismatch(Any.self, .init(codingPath: [], debugDescription: "a stored record is a keyed container"))
+    }
+}
+
+struct RecordKeyedDecoder<Key: CodingKey>: KeyedDecodingContainerProtocol {
+    let decoder: RecordDecoder
+    var codingPath: [any CodingKey] { [] }
+
+    var allKeys: [Key] {
+        var keys = decoder.record.fields.compactMap { field in
+            decoder.layout.schema.field(tagged: field.tag).flatMap { Key(stringValue: $0.name) }
+        }
+        if let id = Key(stringValue: "id") { keys.append(id) }
+        return keys
+    }
+
+    private func range(_ key: Key) -> Range<Int>? {
+        guard let tag = decoder.layout.tagsByName[key.stringValue] else { return nil }
+        return decoder.record.range(of: tag)
+    }
+
+    func contains(_ key: Key) -> Bool {
+        key.stringValue == "id" || range(key) != nil || decoder.layout.defaults[key.stringValue] != nil
+    }
+
+    func decodeNil(forKey key: Key) throws -> Bool {
+        if key.stringValue == "id" { return false }
+        if let range = range(key) { return decoder.record.bytes[range.lowerBound] == RecordFormat.Kind.null.rawValue }
+        return (decoder.layout.defaults[key.stringValue] ?? .null) == .null
+    }
+
+    private func missing(_ key: Key) -> DecodingError {
+        let type = decoder.layout.schema.name
+        return .keyNotFound(key, .init(codingPath: [key], debugDescription:
+            "stored \(type) record \(decoder.id) has no field '\(key.stringValue)'; make it optional or add \(type).fieldDefaults[\"\(key.stringValue)\"]"))
+    }
+
+    func decode(_ type: String.Type, forKey key: Key) throws -> String {
+        guard let range = range(key) else { return try decode(type, fromDefaultOf: key) }
+        var reader = ByteReader(decoder.record.bytes, range: range)
+        guard try reader.kind() == .string else { return try decodeValue(type, range, key) }
+        return try reader.payloadString()
+    }
+
+    func decode(_ type: Int.Type, forKey key: Key) throws -> Int {
+        guard let range = range(key) else { return try decode(type, fromDefaultOf: key) }
+        var reader = ByteReader(decoder.record.bytes, range: range)
+        guard try reader.kind() == .int else { return try decodeValue(type, range, key) }
+        return Int(try reader.payloadInt())
+    }
+
+    func decode(_ type: Double.Type, forKey key: Key) throws -> Double {
+        guard let range = range(key) else { return try decode(type, fromDefaultOf: key) }
+        var reader = ByteReader(decoder.record.bytes, range: range)
+        guard try reader.kind() == .double else { return try decodeValue(type, range, key) }
+        return try reader.payloadDouble()
+    }
+
+    func decode(_ type: Bool.Type, forKey key: Key) throws -> Bool {
+        guard let range = range(key) else { return try decode(type, fromDefaultOf: key) }
+        switch decoder.record.bytes[range.lowerBound] {
+        case RecordFormat.Kind.true.rawValue: return true
+        case RecordFormat.Kind.false.rawValue: return false
+        default: return try decodeValue(type, range, key)
+        }
+    }
+
+    func decode<T: Decodable>(_ type: T.Type, forKey key: Key) throws -> T {
+        if key.stringValue == "id" {
+            if T.self == RecordID.self { return decoder.id as! T }
+            if T.self == UUID.self { return decoder.id.uuid as! T }
+        }
+        guard let range = range(key) else { return try decode(type, fromDefaultOf: key) }
+        if T.self == UUID.self || T.self == RecordID.self {
+            var reader = ByteReader(decoder.record.bytes, range: range)
+            if try reader.kind() == .uuid {
+                let uuid = try reader.payloadUUID()
+                return (T.self == UUID.self ? uuid as! T : RecordID(uuid) as! T)
+            }
+        }
+        return try decodeValue(type, range, key)
+    }
+
+    private func decodeValue<T: Decodable>(_ type: T.Type, _ range: Range<Int>, _ key: Key) throws -> T {
+        var reader = ByteReader(decoder.record.bytes, range: range)
+        return try PrimitiveDecoding.decode(type, try reader.value(), [key])
+    }
+
+    private func decode<T: Decodable>(_ type: T.Type, fromDefaultOf key: Key) throws -> T {
+        guard let value = decoder.layout.defaults[key.stringValue] else { throw missing(key) }
+        return try PrimitiveDecoding.decode(type, value, [key])
+    }
+
+    private func fieldValue(_ key: Key) throws -> FieldValue {
+        if let range = range(key) {
+            var reader = ByteReader(decoder.record.bytes, range: range)
+            return try reader.value()
+        }
+        guard let value = decoder.layout.defaults[key.stringValue] else { throw missing(key) }
+        return value
+    }
+
+    func nestedContainer<NestedKey: CodingKey>(keyedBy type: NestedKey.Type, forKey key: Key) throws -> KeyedDecodingContainer<NestedKey> {
+        try TreeDecoder(value: try fieldValue(key), codingPath: [key]).container(keyedBy: type)
+    }
+
+    func nestedUnkeyedContainer(forKey key: Key) throws -> any UnkeyedDecodingContainer {
+        try TreeDecoder(value: try fieldValue(key), codingPath: [key]).unkeyedContainer()
+    }
+
+    func superDecoder() throws -> any Decoder { try superDecoder(forKey: Key(stringValue: "super")!) }
+    func superDecoder(forKey key: Key) throws -> any Decoder { TreeDecoder(value: try fieldValue(key), codingPath: [key]) }
+}

@@ -1,0 +1,300 @@
+import Foundation
+
+/// The binary layout of a stored record (format 1):
+///
+/// ```
+/// [0x01 format] [field count: UInt16 LE] { [field tag: varint] [value] }*
+/// value = [kind byte] payload
+///   0 null · 1 false · 2 true · 3 int (zigzag varint) · 4 double (8 bytes LE)
+///   5 string (varint length + UTF-8) · 6 bytes (varint length + bytes) · 7 uuid (16 bytes)
+///   8 date (double seconds since 1970) · 9 array (varint count + values)
+///   10 map (varint count + {varint length + UTF-8 key, value})
+/// ```
+/// Fields are keyed by small per-type tags from the stored schema, not by name, so a record
+/// costs a byte or two per field name; fields can be added or dropped without rewriting
+/// stored records (unknown tags are skipped, missing tags use defaults).
+enum RecordFormat {
+    static let version: UInt8 = 1
+
+    enum Kind: UInt8 {
+        case null = 0, `false` = 1, `true` = 2, int = 3, double = 4, string = 5, bytes = 6, uuid = 7, date = 8, array = 9, map = 10
+    }
+}
+
+/// Appends the binary encoding to a byte array.
+struct ByteWriter {
+    var bytes: [UInt8] = []
+
+    init(capacity: Int = 128) { bytes.reserveCapacity(capacity) }
+
+    mutating func varint(_ value: UInt64) {
+        var v = value
+        while v >= 0x80 {
+            bytes.append(UInt8(truncatingIfNeeded: v) | 0x80)
+            v >>= 7
+        }
+        bytes.append(UInt8(v))
+    }
+
+    mutating func int(_ value: Int64) {
+        bytes.append(RecordFormat.Kind.int.rawValue)
+        varint(UInt64(bitPattern: (value << 1) ^ (value >> 63)))
+    }
+
+    mutating func double(_ value: Double, kind: RecordFormat.Kind = .double) {
+        bytes.append(kind.rawValue)
+        let bits = value.bitPattern
+        for shift in stride(from: 0, to: 64, by: 8) { bytes.append(UInt8(truncatingIfNeeded: bits >> UInt64(shift))) }
+    }
+
+    mutating func string(_ value: String) {
+        bytes.append(RecordFormat.Kind.string.rawValue)
+        var s = value
+        s.withUTF8 { utf8 in
+            varint(UInt64(utf8.count))
+            bytes.append(contentsOf: utf8)
+        }
+    }
+
+    mutating func rawString(_ value: String) {
+        var s = value
+        s.withUTF8 { utf8 in
+            varint(UInt64(utf8.count))
+            bytes.append(contentsOf: utf8)
+        }
+    }
+
+    mutating func data(_ value: Data) {
+        bytes.append(RecordFormat.Kind.bytes.rawValue)
+        varint(UInt64(value.count))
+        bytes.append(contentsOf: value)
+    }
+
+    mutating func uuid(_ value: UUID) {
+        bytes.append(RecordFormat.Kind.uuid.rawValue)
+        let u = value.uuid
+        bytes.append(contentsOf: [u.0, u.1, u.2, u.3, u.4, u.5, u.6, u.7, u.8, u.9, u.10, u.11, u.12, u.13, u.14, u.15])
+    }
+
+    mutating func bool(_ value: Bool) {
+        bytes.append(value ? RecordFormat.Kind.true.rawValue : RecordFormat.Kind.false.rawValue)
+    }
+
+    mutating func null() { bytes.append(RecordFormat.Kind.null.rawValue) }
+
+    mutating func value(_ value: FieldValue) {
+        switch value {
+        case .null: null()
+        case .bool(let b): bool(b)
+        case .int(let i): int(i)
+        case .double(let d): double(d)
+        case .string(let s): string(s)
+        case .bytes(let d): data(d)
+        case .uuid(let u): uuid(u)
+        case .date(let d): double(d.timeIntervalSince1970, kind: .date)
+        case .array(let items):
+            bytes.append(RecordFormat.Kind.array.rawValue)
+            varint(UInt64(items.count))
+            for item in items { self.value(item) }
+        case .map(let entries):
+            bytes.append(RecordFormat.Kind.map.rawValue)
+            varint(UInt64(entries.count))
+            for key in entries.keys.sorted() {
+                rawString(key)
+                self.value(entries[key]!)
+            }
+        }
+    }
+
+    /// Starts a record: format byte and a count to be patched by ``finishRecord(fieldCount:)``.
+    mutating func beginRecord() {
+        bytes.append(RecordFormat.version)
+        bytes.append(0)
+        bytes.append(0)
+    }
+
+    mutating func finishRecord(fieldCount: Int) {
+        bytes[1] = UInt8(truncatingIfNeeded: fieldCount)
+        bytes[2] = UInt8(truncatingIfNeeded: fieldCount >> 8)
+    }
+}
+
+/// Thrown when stored bytes do not follow ``RecordFormat``; the store wraps it with names.
+struct RecordFormatError: Error, CustomStringConvertible {
+    let reason: String
+    var description: String { reason }
+}
+
+/// Reads the binary encoding.
+struct ByteReader {
+    let bytes: [UInt8]
+    var offset: Int
+    let end: Int
+
+    init(_ bytes: [UInt8], range: Range<Int>? = nil) {
+        self.bytes = bytes
+        offset = range?.lowerBound ?? 0
+        end = range?.upperBound ?? bytes.count
+    }
+
+    var isAtEnd: Bool { offset >= end }
+
+    mutating func byte() throws -> UInt8 {
+        guard offset < end else { throw RecordFormatError(reason: "record truncated at byte \(offset)") }
+        defer { offset += 1 }
+        return bytes[offset]
+    }
+
+    mutating func varint() throws -> UInt64 {
+        var result: UInt64 = 0
+        var shift: UInt64 = 0
+        while true {
+            let b = try byte()
+            result |= UInt64(b & 0x7F) << shift
+            if b < 0x80 { return result }
+            shift += 7
+            if shift > 63 { throw RecordFormatError(reason: "varint too long at byte \(offset)") }
+        }
+    }
+
+    mutating func take(_ count: Int) throws -> ArraySlice<UInt8> {
+        guard count >= 0, offset + count <= end else { throw RecordFormatError(reason: "record truncated at byte \(offset)") }
+        defer { offset += count }
+        return bytes[offset..<(offset + count)]
+    }
+
+    mutating func kind() throws -> RecordFormat.Kind {
+        let b = try byte()
+        guard let kind = RecordFormat.Kind(rawValue: b) else { throw RecordFormatError(reason: "unknown value kind \(b) at byte \(offset - 1)") }
+        return kind
+    }
+
+    mutating func payloadInt() throws -> Int64 {
+        let z = try varint()
+        return Int64(bitPattern: (z >> 1) ^ (0 &- (z & 1)))
+    }
+
+    mutating func payloadDouble() throws -> Double {
+        let raw = try take(8)
+        var bits: UInt64 = 0
+        for (i, b) in raw.enumerated() { bits |= UInt64(b) << UInt64(i * 8) }
+        return Double(bitPattern: bits)
+    }
+
+    mutating func payloadString() throws -> String {
+        let n = try varint()
+        guard n <= UInt64(end - offset) else { throw RecordFormatError(reason: "string length \(n) beyond the record at byte \(offset)") }
+        let raw = try take(Int(n))
+        guard let s = String(validating: raw, as: UTF8.self) else { throw RecordFormatError(reason: "invalid UTF-8 at byte \(offset)") }
+        return s
+    }
+
+    mutating func payloadData() throws -> Data {
+        let n = try varint()
+        guard n <= UInt64(end - offset) else { throw RecordFormatError(reason: "byte length \(n) beyond the record at byte \(offset)") }
+        return Data(try take(Int(n)))
+    }
+
+    mutating func payloadUUID() throws -> UUID {
+        let r = try take(16)
+        let b = Array(r)
+        return UUID(uuid: (b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]))
+    }
+
+    mutating func value() throws -> FieldValue {
+        switch try kind() {
+        case .null: return .null
+        case .false: return .bool(false)
+        case .true: return .bool(true)
+        case .int: return .int(try payloadInt())
+        case .double: return .double(try payloadDouble())
+        case .string: return .string(try payloadString())
+        case .bytes: return .bytes(try payloadData())
+        case .uuid: return .uuid(try payloadUUID())
+        case .date: return .date(Date(timeIntervalSince1970: try payloadDouble()))
+        case .array:
+            let n = try varint()
+            guard n <= UInt64(end - offset) else { throw RecordFormatError(reason: "array count \(n) beyond the record") }
+            var items: [FieldValue] = []
+            items.reserveCapacity(Int(n))
+            for _ in 0..<n { items.append(try value()) }
+            return .array(items)
+        case .map:
+            let n = try varint()
+            guard n <= UInt64(end - offset) else { throw RecordFormatError(reason: "map count \(n) beyond the record") }
+            var entries: [String: FieldValue] = [:]
+            for _ in 0..<n {
+                let key = try payloadString()
+                entries[key] = try value()
+            }
+            return .map(entries)
+        }
+    }
+
+    /// Moves past one value without building it.
+    mutating func skipValue() throws {
+        switch try kind() {
+        case .null, .false, .true: return
+        case .int: _ = try varint()
+        case .double, .date: _ = try take(8)
+        case .string, .bytes: _ = try take(Int(clamping: try varint()))
+        case .uuid: _ = try take(16)
+        case .array:
+            let n = try varint()
+            for _ in 0..<n { try skipValue() }
+        case .map:
+            let n = try varint()
+            for _ in 0..<n {
+                _ = try take(Int(clamping: try varint()))
+                try skipValue()
+            }
+        }
+    }
+}
+
+/// A stored record's bytes with its field table parsed: tag → byte range of the value.
+struct EncodedRecord {
+    let bytes: [UInt8]
+    private(set) var fields: [(tag: UInt16, range: Range<Int>)] = []
+
+    init(_ bytes: [UInt8]) throws {
+        self.bytes = bytes
+        var reader = ByteReader(bytes)
+        let version = try reader.byte()
+        guard version == RecordFormat.version else { throw RecordFormatError(reason: "unknown record format \(version)") }
+        let count = Int(try reader.byte()) | Int(try reader.byte()) << 8
+        fields.reserveCapacity(count)
+        for _ in 0..<count {
+            let tag = try reader.varint()
+            guard tag <= UInt64(UInt16.max) else { throw RecordFormatError(reason: "field tag \(tag) out of range") }
+            let start = reader.offset
+            try reader.skipValue()
+            fields.append((UInt16(tag), start..<reader.offset))
+        }
+        guard reader.isAtEnd else { throw RecordFormatError(reason: "\(bytes.count - reader.offset) trailing bytes") }
+    }
+
+    func range(of tag: UInt16) -> Range<Int>? {
+        for field in fields where field.tag == tag { return field.range }
+        return nil
+    }
+
+    func value(of tag: UInt16) throws -> FieldValue? {
+        guard let range = range(of: tag) else { return nil }
+        var reader = ByteReader(bytes, range: range)
+        return try reader.value()
+    }
+
+    /// All fields as values, by tag.
+    func values() throws -> [(tag: UInt16, value: FieldValue)] {
+        try fields.map { field in
+            var reader = ByteReader(bytes, range: field.range)
+            return (field.tag, try reader.value())
+        }
+    }
+
+    /// The raw bytes of one field's value, for cheap change detection.
+    func rawValue(of tag: UInt16) -> ArraySlice<UInt8>? {
+        range(of: tag).map { bytes[$0] }
+    }
+}

@@ -1,0 +1,114 @@
+import Foundation
+import Synchronization
+
+/// The 16-byte identity of a record.
+///
+/// New ids are time-ordered (UUIDv7 layout: 48-bit Unix milliseconds, then a counter and
+/// random bits), so records created in sequence get increasing keys and a bulk load appends
+/// to the end of the B-tree instead of scattering writes over its pages.
+///
+/// ```swift
+/// let id = RecordID()                       // time-ordered
+/// let same = RecordID(string: id.description)
+/// ```
+public struct RecordID: Hashable, Comparable, Sendable, CustomStringConvertible {
+    public let high: UInt64
+    public let low: UInt64
+
+    public init(high: UInt64, low: UInt64) {
+        self.high = high
+        self.low = low
+    }
+
+    /// A new time-ordered id, strictly greater than any id made earlier by this process.
+    public init() {
+        self = RecordIDGenerator.shared.next()
+    }
+
+    public init(_ uuid: UUID) {
+        let u = uuid.uuid
+        let b = [u.0, u.1, u.2, u.3, u.4, u.5, u.6, u.7, u.8, u.9, u.10, u.11, u.12, u.13, u.14, u.15]
+        self.init(bytes: b[...])!
+    }
+
+    /// Reads 16 big-endian bytes; nil when `bytes` is not 16 bytes long.
+    public init?(bytes: ArraySlice<UInt8>) {
+        guard bytes.count == 16 else { return nil }
+        var high: UInt64 = 0, low: UInt64 = 0
+        var i = bytes.startIndex
+        for _ in 0..<8 { high = high << 8 | UInt64(bytes[i]); i += 1 }
+        for _ in 0..<8 { low = low << 8 | UInt64(bytes[i]); i += 1 }
+        self.init(high: high, low: low)
+    }
+
+    /// Parses the canonical UUID text form (any case).
+    public init?(string: String) {
+        guard let uuid = UUID(uuidString: string) else { return nil }
+        self.init(uuid)
+    }
+
+    public var uuid: UUID {
+        let h = high.bigEndian, l = low.bigEndian
+        return withUnsafeBytes(of: (h, l)) { raw in
+            UUID(uuid: (raw[0], raw[1], raw[2], raw[3], raw[4], raw[5], raw[6], raw[7],
+                        raw[8], raw[9], raw[10], raw[11], raw[12], raw[13], raw[14], raw[15]))
+        }
+    }
+
+    /// The 16 big-endian bytes (byte order equals id order).
+    public var bytes: [UInt8] {
+        var out = [UInt8]()
+        out.reserveCapacity(16)
+        for shift in stride(from: 56, through: 0, by: -8) { out.append(UInt8(truncatingIfNeeded: high >> UInt64(shift))) }
+        for shift in stride(from: 56, through: 0, by: -8) { out.append(UInt8(truncatingIfNeeded: low >> UInt64(shift))) }
+        return out
+    }
+
+    /// Milliseconds since 1970 for ids made by ``init()``.
+    public var timestampMilliseconds: UInt64 { high >> 16 }
+
+    public var description: String { uuid.uuidString.lowercased() }
+
+    public static func < (lhs: RecordID, rhs: RecordID) -> Bool {
+        (lhs.high, lhs.low) < (rhs.high, rhs.low)
+    }
+}
+
+extension RecordID: Codable {
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.singleValueContainer()
+        let text = try container.decode(String.self)
+        guard let id = RecordID(string: text) else {
+            throw DecodingError.dataCorruptedError(in: container, debugDescription: "'\(text)' is not a record id (UUID text)")
+        }
+        self = id
+    }
+
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.singleValueContainer()
+        try container.encode(description)
+    }
+}
+
+/// Makes UUIDv7-style ids, monotonic within the process.
+final class RecordIDGenerator: Sendable {
+    static let shared = RecordIDGenerator()
+    private let state = Mutex<(millis: UInt64, counter: UInt64)>((0, 0))
+
+    func next() -> RecordID {
+        let now = UInt64(max(0, Date().timeIntervalSince1970 * 1000))
+        let (millis, counter) = state.withLock { s -> (UInt64, UInt64) in
+            if now > s.millis {
+                s = (now, UInt64.random(in: 0..<(1 << 11)))
+            } else {
+                s.counter += 1
+                if s.counter >= (1 << 12) { s = (s.millis + 1, 0) }
+            }
+            return s
+        }
+        // 48-bit ms | version 7 | 12-bit counter ; variant 10 | 62 random bits
+        let high = (millis << 16) | (0x7 << 12) | (counter & 0xFFF)
+        let low = (UInt64(0b10) << 62) | (UInt64.random(in: 0...UInt64.max) >> 2)
+        return RecordID(high: high, low: low)
+    }
+}

@@ -1,0 +1,189 @@
+import Foundation
+
+/// The schema a store keeps in its `meta` database: every record type it has seen, with
+/// stable tags for types, fields and indexes.
+///
+/// Tags never change once given, so stored records and index keys stay readable when fields
+/// are added or dropped. The schema is what lets the command line, `dump` and verification
+/// read any store without the app's Swift types.
+public struct StoreSchema: Codable, Sendable, Equatable {
+    /// The version reached by ``Migration``s (0 before any).
+    public var version: Int = 0
+    public var types: [TypeSchema] = []
+
+    public init() {}
+
+    public func type(named name: String) -> TypeSchema? { types.first { $0.name == name } }
+    public func type(tagged tag: UInt16) -> TypeSchema? { types.first { $0.tag == tag } }
+
+    var nextTypeTag: UInt16 { (types.map(\.tag).max() ?? 0) + 1 }
+
+    mutating func update(_ type: TypeSchema) {
+        if let i = types.firstIndex(where: { $0.name == type.name }) { types[i] = type } else { types.append(type) }
+    }
+}
+
+/// One record type in the stored schema.
+public struct TypeSchema: Codable, Sendable, Equatable {
+    public var name: String
+    public var tag: UInt16
+    public var fields: [FieldSchema]
+    public var indexes: [IndexSchema]
+    /// Local-only types never leave the device (sync skips them).
+    public var localOnly: Bool
+    /// The highest index tag ever given, so a dropped index's tag is never reused.
+    public var lastIndexTag: UInt16?
+
+    public func field(named name: String) -> FieldSchema? { fields.first { $0.name == name } }
+    public func field(tagged tag: UInt16) -> FieldSchema? { fields.first { $0.tag == tag } }
+    public func index(named name: String) -> IndexSchema? { indexes.first { $0.name == name } }
+
+    var nextFieldTag: UInt16 { (fields.map(\.tag).max() ?? 0) + 1 }
+    var nextIndexTag: UInt16 { max(lastIndexTag ?? 0, indexes.map(\.tag).max() ?? 0) + 1 }
+}
+
+/// One field of a stored type.
+public struct FieldSchema: Codable, Sendable, Equatable {
+    public var name: String
+    public var tag: UInt16
+    /// Nil until a non-null value has been seen.
+    public var kind: FieldKind?
+    public var optional: Bool
+    /// The value read for records stored before the field existed.
+    public var defaultValue: FieldValue?
+}
+
+/// One secondary index of a stored type: the fields it orders by, and whether it is unique.
+public struct IndexSchema: Codable, Sendable, Equatable {
+    public var name: String
+    public var tag: UInt16
+    public var fields: [String]
+    public var unique: Bool
+
+    static func name(for fields: [String]) -> String { fields.joined(separator: "+") }
+}
+
+/// What an app (through its ``Record`` types) or a schema file (through the command line)
+/// asks the store to have. The store merges it into its ``StoreSchema`` at open.
+public struct SchemaDeclaration: Codable, Sendable {
+    public var types: [TypeDeclaration]
+    public init(types: [TypeDeclaration]) { self.types = types }
+}
+
+public struct TypeDeclaration: Codable, Sendable {
+    public var name: String
+    /// Known fields. Fields not listed are learned from the values written.
+    public var fields: [FieldDeclaration]
+    public var indexes: [IndexDeclaration]
+    public var localOnly: Bool
+    /// Values for fields missing in stored records (fields added later).
+    public var defaults: [String: FieldValue]
+
+    public init(name: String, fields: [FieldDeclaration] = [], indexes: [IndexDeclaration] = [],
+                localOnly: Bool = false, defaults: [String: FieldValue] = [:]) {
+        self.name = name
+        self.fields = fields
+        self.indexes = indexes
+        self.localOnly = localOnly
+        self.defaults = defaults
+    }
+
+    enum CodingKeys: String, CodingKey { case name, fields, indexes, localOnly }
+
+    public init(from decoder: any Decoder) throws {
+        let c = try decoder.container(keyedBy: CodingKeys.self)
+        name = try c.decode(String.self, forKey: .name)
+        fields = try c.decodeIfPresent([FieldDeclaration].self, forKey: .fields) ?? []
+        indexes = try c.decodeIfPresent([IndexDeclaration].self, forKey: .indexes) ?? []
+        localOnly = try c.decodeIfPresent(Bool.self, forKey: .localOnly) ?? false
+        defaults = [:]
+    }
+
+    public func encode(to encoder: any Encoder) throws {
+        var c = encoder.container(keyedBy: CodingKeys.self)
+        try c.encode(name, forKey: .name)
+        try c.encode(fields, forKey: .fields)
+        try c.encode(indexes, forKey: .indexes)
+        try c.encode(localOnly, forKey: .localOnly)
+    }
+}
+
+public struct FieldDeclaration: Codable, Sendable, Equatable {
+    public var name: String
+    public var kind: FieldKind
+    public var optional: Bool
+
+    public init(name: String, kind: FieldKind, optional: Bool = false) {
+        self.name = name
+        self.kind = kind
+        self.optional = optional
+    }
+
+    enum CodingKeys: String, CodingKey { case name, kind, optional }
+    public init(from decoder: any Decoder) throws {
+        let c = try decoder.container(keyedBy: CodingKeys.self)
+        name = try c.decode(String.self, forKey: .name)
+        kind = try c.decode(FieldKind.self, forKey: .kind)
+        optional = try c.decodeIfPresent(Bool.self, forKey: .optional) ?? false
+    }
+}
+
+public struct IndexDeclaration: Codable, Sendable, Equatable {
+    public var fields: [String]
+    public var unique: Bool
+
+    public init(fields: [String], unique: Bool = false) {
+        self.fields = fields
+        self.unique = unique
+    }
+
+    enum CodingKeys: String, CodingKey { case fields, unique }
+    public init(from decoder: any Decoder) throws {
+        let c = try decoder.container(keyedBy: CodingKeys.self)
+        fields = try c.decode([String].self, forKey: .fields)
+        unique = try c.decodeIfPresent(Bool.self, forKey: .unique) ?? false
+    }
+}
+
+/// A change of stored data that a schema change needs, run once at open when the stored
+/// ``StoreSchema/version`` is below ``version``, inside the open's write transaction.
+///
+/// ```swift
+/// // v2: the wardrobe app moves images from side files into the record.
+/// let moveImages = Migration(version: 2, type: "Garment") { record in
+///     let name = record.fields.removeValue(forKey: "imageFileName")
+///     record.fields["imageData"] = try loadImage(named: name)
+/// }
+/// let store = try Store.open(at: dir, types: [Garment.self], migrations: [moveImages])
+/// ```
+public struct Migration: Sendable {
+    public let version: Int
+    public let type: String
+    public let transform: @Sendable (inout GenericRecord) throws -> Void
+
+    public init(version: Int, type: String, transform: @escaping @Sendable (inout GenericRecord) throws -> Void) {
+        self.version = version
+        self.type = type
+        self.transform = transform
+    }
+}
+
+/// A record seen through the stored schema: type name, id and field values by name.
+public struct GenericRecord: Sendable, Equatable {
+    public var type: String
+    public var id: RecordID
+    public var fields: [String: FieldValue]
+
+    public init(type: String, id: RecordID, fields: [String: FieldValue]) {
+        self.type = type
+        self.id = id
+        self.fields = fields
+    }
+
+    /// JSON object with `id` first-class, fields by name.
+    public var json: JSONValue {
+        var object = fields.mapValues(\.json)
+        object["id"] = .string(id.description)
+        return .object(object)
+    }
+}

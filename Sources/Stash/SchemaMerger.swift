@@ -1,0 +1,211 @@
+import Foundation
+import StashLMDB
+
+/// Brings a store's stored schema up to what the app declares, at open, inside one write
+/// transaction: identity and format on first open, migrations, new types and fields,
+/// index backfill and removal. Nothing is half-done: an error aborts all of it.
+struct SchemaMerger {
+    static let format: UInt64 = 1
+    let path: String
+    let txn: WriteTransaction
+    let dbs: StoreDatabases
+    let options: StoreOptions
+
+    struct Result {
+        let storeID: RecordID
+        let siteID: RecordID
+        let catalog: Catalog
+    }
+
+    static func loadSchema<T: TransactionReading>(_ txn: T, _ dbs: StoreDatabases, _ path: String) throws -> StoreSchema? {
+        guard let bytes = try txn.get(dbs.meta, key: MetaKey.schema) else { return nil }
+        do { return try JSONDecoder().decode(StoreSchema.self, from: Data(bytes)) }
+        catch { throw StoreError(.corrupted, "store \(path): the stored schema cannot be read (\(describe(error)))") }
+    }
+
+    static func saveSchema(_ schema: StoreSchema, generation: UInt64, _ txn: WriteTransaction, _ dbs: StoreDatabases) throws {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys]
+        try txn.put(dbs.meta, key: MetaKey.schema, value: Array(try encoder.encode(schema)))
+        try txn.put(dbs.meta, key: MetaKey.schemaGeneration, value: LittleEndian.bytes(generation))
+    }
+
+    func run(_ declaration: SchemaDeclaration) throws -> Result {
+        let (storeID, siteID) = try identity()
+        let generation = LittleEndian.uint64(try txn.get(dbs.meta, key: MetaKey.schemaGeneration)) ?? 0
+        let stored = try Self.loadSchema(txn, dbs, path) ?? StoreSchema()
+        let context = WriteContext(path: path, txn: txn, dbs: dbs, catalog: Catalog(schema: stored, generation: generation),
+                                   siteID: siteID, author: "migration")
+        if try txn.get(dbs.meta, key: MetaKey.schema) == nil {
+            // A new store: persist the (empty) schema so generic tools see a valid store.
+            try Self.saveSchema(stored, generation: generation, txn, dbs)
+        }
+        try migrate(context)
+        for type in declaration.types { try merge(type, into: context) }
+        try context.finish()
+        return Result(storeID: storeID, siteID: siteID, catalog: context.catalog)
+    }
+
+    private func identity() throws -> (RecordID, RecordID) {
+        if let format = LittleEndian.uint64(try txn.get(dbs.meta, key: MetaKey.format)) {
+            guard format <= Self.format else {
+                throw StoreError(.notAStore, "store \(path) has format \(format), newer than this library (\(Self.format)); upgrade Stash")
+            }
+        } else {
+            guard try txn.statistics(dbs.records).entries == 0 else {
+                throw StoreError(.notAStore, "\(path) holds LMDB data but no Stash format marker; it is not a Stash store")
+            }
+            try txn.put(dbs.meta, key: MetaKey.format, value: LittleEndian.bytes(Self.format))
+            try txn.put(dbs.meta, key: MetaKey.storeID, value: RecordID().bytes)
+            try txn.put(dbs.meta, key: MetaKey.siteID, value: RecordID().bytes)
+            try txn.put(dbs.meta, key: MetaKey.nextSequence, value: LittleEndian.bytes(1))
+            try txn.put(dbs.meta, key: MetaKey.created, value: LittleEndian.bytes(UInt64(Date().timeIntervalSince1970 * 1000)))
+        }
+        guard let store = RecordID(bytes: (try txn.get(dbs.meta, key: MetaKey.storeID) ?? [])[...]),
+              let site = RecordID(bytes: (try txn.get(dbs.meta, key: MetaKey.siteID) ?? [])[...]) else {
+            throw StoreError(.corrupted, "store \(path): store or site id missing from meta")
+        }
+        return (store, site)
+    }
+
+    private func report(_ phase: String, _ done: Int, _ total: Int) {
+        options.progress?(StoreProgress(phase: phase, done: done, total: total))
+    }
+
+    /// All (id, bytes) of a type, read before any of them is rewritten.
+    private func records(of type: TypeSchema) throws -> [(RecordID, [UInt8])] {
+        var result: [(RecordID, [UInt8])] = []
+        try txn.scan(dbs.records, prefix: StoreKeys.typePrefix(type.tag)) { key, value in
+            if let id = StoreKeys.id(fromRecordKey: key) { result.append((id, value)) }
+            return true
+        }
+        return result
+    }
+
+    private func migrate(_ context: WriteContext) throws {
+        for migration in options.migrations.sorted(by: { $0.version < $1.version })
+        where migration.version > context.catalog.schema.version {
+            if let type = context.catalog.schema.type(named: migration.type) {
+                let all = try records(of: type)
+                let phase = "migration \(migration.version) (\(type.name))"
+                for (n, (id, bytes)) in all.enumerated() {
+                    let layout = try context.layout(type.name)
+                    var record = try GenericRecord(decoding: context.decodeStored(bytes, type.name, id), id: id, layout: layout)
+                    do { try migration.transform(&record) }
+                    catch { throw StoreError(.incompatibleSchema, "store \(path): migration \(migration.version) failed on \(type.name) \(id): \(describe(error))") }
+                    record.id = id
+                    record.type = type.name
+                    let (newLayout, newBytes) = try context.encode(record)
+                    try context.put(newLayout, id: id, bytes: newBytes, mode: .upsert)
+                    if n % 10_000 == 0 || n == all.count - 1 { report(phase, n + 1, all.count) }
+                }
+            }
+            context.updateSchema { $0.version = migration.version }
+        }
+    }
+
+    private func merge(_ declaration: TypeDeclaration, into context: WriteContext) throws {
+        let name = declaration.name
+        if context.catalog.schema.type(named: name) == nil {
+            context.updateSchema { schema in
+                schema.types.append(TypeSchema(name: name, tag: schema.nextTypeTag, fields: [], indexes: [], localOnly: declaration.localOnly))
+            }
+        }
+        let storedCount = try context.count(try context.layout(name).schema.tag)
+        try context.updateSchema { schema in
+            let t = schema.types.firstIndex { $0.name == name }!
+            schema.types[t].localOnly = declaration.localOnly
+            for field in declaration.fields {
+                if let f = schema.types[t].fields.firstIndex(where: { $0.name == field.name }) {
+                    let stored = schema.types[t].fields[f]
+                    if let kind = stored.kind, kind != field.kind {
+                        throw StoreError(.incompatibleSchema, "store \(path): \(name).\(field.name) is stored as \(kind.rawValue) but declared \(field.kind.rawValue); add a Migration (version \(schema.version + 1)) that converts it")
+                    }
+                    schema.types[t].fields[f].kind = field.kind
+                    schema.types[t].fields[f].optional = field.optional
+                } else {
+                    if !field.optional && storedCount > 0 && declaration.defaults[field.name] == nil {
+                        throw StoreError(.incompatibleSchema, "store \(path): \(name).\(field.name) is new and not optional, but \(storedCount) stored \(name) records lack it; make it optional or set \(name).fieldDefaults[\"\(field.name)\"]")
+                    }
+                    let tag = schema.types[t].nextFieldTag
+                    schema.types[t].fields.append(FieldSchema(name: field.name, tag: tag, kind: field.kind, optional: field.optional))
+                }
+            }
+            for (fieldName, value) in declaration.defaults {
+                if let f = schema.types[t].fields.firstIndex(where: { $0.name == fieldName }) {
+                    schema.types[t].fields[f].defaultValue = value
+                } else {
+                    let tag = schema.types[t].nextFieldTag
+                    schema.types[t].fields.append(FieldSchema(name: fieldName, tag: tag, kind: value.kind, optional: true, defaultValue: value))
+                }
+            }
+        }
+        try mergeIndexes(declaration, into: context)
+    }
+
+    private func mergeIndexes(_ declaration: TypeDeclaration, into context: WriteContext) throws {
+        let name = declaration.name
+        let wanted = declaration.indexes.map { (IndexSchema.name(for: $0.fields), $0) }
+        let stored = try context.layout(name).schema
+        for index in stored.indexes where !wanted.contains(where: { $0.0 == index.name && $0.1.unique == index.unique }) {
+            try dropIndex(index, of: stored, context)
+        }
+        for (indexName, wantedIndex) in wanted where try context.layout(name).schema.index(named: indexName) == nil {
+            guard !wantedIndex.fields.isEmpty else {
+                throw StoreError(.incompatibleSchema, "store \(path): an index of \(name) lists no fields")
+            }
+            var added: IndexSchema?
+            context.updateSchema { schema in
+                let t = schema.types.firstIndex { $0.name == name }!
+                let index = IndexSchema(name: indexName, tag: schema.types[t].nextIndexTag, fields: wantedIndex.fields, unique: wantedIndex.unique)
+                schema.types[t].indexes.append(index)
+                schema.types[t].lastIndexTag = index.tag
+                added = index
+            }
+            try backfill(added!, of: name, context)
+        }
+    }
+
+    private func dropIndex(_ index: IndexSchema, of type: TypeSchema, _ context: WriteContext) throws {
+        var keys: [[UInt8]] = []
+        var last: [UInt8]?
+        try txn.scan(dbs.index, prefix: StoreKeys.indexPrefix(type.tag, index.tag)) { key, _ in
+            if key != last { keys.append(key); last = key }
+            return true
+        }
+        for key in keys { try txn.delete(dbs.index, key: key) }
+        context.updateSchema { schema in
+            let t = schema.types.firstIndex { $0.name == type.name }!
+            schema.types[t].indexes.removeAll { $0.tag == index.tag }
+        }
+    }
+
+    private func backfill(_ index: IndexSchema, of typeName: String, _ context: WriteContext) throws {
+        let layout = try context.layout(typeName)
+        let total = try context.count(layout.schema.tag)
+        guard total > 0 else { return }
+        let phase = "index \(typeName)(\(index.name))"
+        var done = 0
+        report(phase, 0, total)
+        try txn.scan(dbs.records, prefix: StoreKeys.typePrefix(layout.schema.tag)) { key, value in
+            guard let id = StoreKeys.id(fromRecordKey: key) else { return true }
+            try context.addIndexEntry(index, layout, try context.decodeStored(value, typeName, id), id: id)
+            done += 1
+            if done % 10_000 == 0 { report(phase, done, total) }
+            return true
+        }
+        report(phase, done, total)
+    }
+}
+
+extension GenericRecord {
+    /// A stored record seen through its type's layout (unknown tags are kept as `#tag`).
+    init(decoding record: EncodedRecord, id: RecordID, layout: TypeLayout) throws {
+        var fields: [String: FieldValue] = [:]
+        for (tag, value) in try record.values() {
+            fields[layout.schema.field(tagged: tag)?.name ?? "#\(tag)"] = value
+        }
+        for (name, value) in layout.defaults where fields[name] == nil { fields[name] = value }
+        self.init(type: layout.schema.name, id: id, fields: fields)
+    }
+}

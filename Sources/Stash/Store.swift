@@ -1,0 +1,247 @@
+import Foundation
+import StashLMDB
+import Synchronization
+
+/// Options for opening a ``Store``.
+public struct StoreOptions: Sendable {
+    /// Commit durability (see ``Durability``). Default `.full`.
+    public var durability: Durability = .full
+    /// The first LMDB map size; it grows by itself. Default 64 MiB.
+    public var initialMapSize: Int = 64 << 20
+    /// Concurrent readers across processes. Default 126.
+    public var maxReaders: Int = 126
+    /// Data migrations to run at open, in version order.
+    public var migrations: [Migration] = []
+    /// Reports long work at open (index backfill, migrations).
+    public var progress: (@Sendable (StoreProgress) -> Void)?
+    /// When false, opening a directory that holds no store throws ``StoreError/Code/notAStore``
+    /// instead of creating one (what a command-line tool wants).
+    public var createIfMissing = true
+
+    public init() {}
+}
+
+/// Progress of long work: `done` of `total` items in `phase`.
+public struct StoreProgress: Sendable, CustomStringConvertible {
+    public let phase: String
+    public let done: Int
+    public let total: Int
+    public var description: String { "\(phase): \(done)/\(total)" }
+}
+
+/// A typed record store in one directory: records, secondary indexes, counts and change
+/// history in one LMDB environment, all updated in one transaction per write.
+///
+/// ```swift
+/// let store = try Store.open(at: "/data/inventory", types: [Home.self, Item.self])
+/// try store.insert(home)
+/// try store.write { tx in                     // one transaction
+///     try tx.insert(Item(homeID: home.id, name: "Lamp"))
+///     try tx.insert(Item(homeID: home.id, name: "Desk"))
+/// }
+/// let count = try store.count(Item.self, where: \.homeID, equals: home.id)     // O(1)
+/// let lamps = try store.fetch(FetchDescriptor<Item>(predicate: #Predicate { $0.name == "Lamp" }))
+/// ```
+///
+/// `Store` is `Sendable`: share one instance across tasks and threads. Opening the same
+/// directory twice in a process shares one LMDB environment.
+///
+/// ## Topics
+/// - Writing: ``write(author:_:)``, ``insert(_:)``, ``upsert(_:)``, ``update(_:)``, ``delete(_:id:)``
+/// - Reading: ``read(_:)``, ``get(_:id:)``, ``fetch(_:)``, ``count(_:)``, ``count(_:where:equals:)``
+/// - Queries: ``FetchDescriptor``, ``explain(_:)``
+/// - Maintenance: ``verify()``, ``statistics()``, ``history(after:types:limit:)``
+public final class Store: Sendable {
+    /// The store directory (canonical path).
+    public let path: String
+    let env: Environment
+    let dbs: StoreDatabases
+    private let catalogBox: Mutex<Catalog>
+    /// The store's identity, made once at creation.
+    public let storeID: RecordID
+    /// This replica's site id, made once at creation (history records it as the origin).
+    public let siteID: RecordID
+
+    var catalog: Catalog { catalogBox.withLock { $0 } }
+
+    /// The stored schema as of the last transaction this process saw.
+    public var schema: StoreSchema { catalog.schema }
+
+    func publish(_ catalog: Catalog) {
+        catalogBox.withLock { current in
+            if catalog.generation >= current.generation { current = catalog }
+        }
+    }
+
+    // MARK: Opening
+
+    /// Opens (or creates) the store in directory `path` for the given record types.
+    ///
+    /// The types' declared fields and indexes are merged into the stored schema: new fields
+    /// and types are added, new indexes are built from existing records (with progress),
+    /// dropped indexes are removed, and `options.migrations` newer than the stored version run.
+    /// All of it happens in one write transaction: on error nothing changes.
+    /// - Throws: ``StoreError`` with `.incompatibleSchema` naming type and field when a field
+    ///   changed kind without a migration; `.uniqueViolation` when a new unique index finds
+    ///   duplicates; `.notAStore`; `.storage` for LMDB errors (permissions, disk).
+    public static func open(at path: String, types: [any Record.Type] = [], options: StoreOptions = StoreOptions()) throws -> Store {
+        try open(at: path, declaration: SchemaDeclaration(types: types.map { $0.declaration }), options: options)
+    }
+
+    /// Opens (or creates) the store in `path` with a schema declared as data (the command
+    /// line's `--schema` file). See ``open(at:types:options:)``.
+    public static func open(at path: String, declaration: SchemaDeclaration, options: StoreOptions = StoreOptions()) throws -> Store {
+        var isDirectory: ObjCBool = false
+        let exists = FileManager.default.fileExists(atPath: path, isDirectory: &isDirectory)
+        if exists && !isDirectory.boolValue {
+            throw StoreError(.notAStore, "\(path) is a file; a store is a directory")
+        }
+        let hasData = FileManager.default.fileExists(atPath: (path as NSString).appendingPathComponent("data.mdb"))
+        if !options.createIfMissing && !hasData {
+            throw StoreError(.notAStore, "no store in \(path) (no data.mdb); create one with `stash init \(path) --schema FILE`")
+        }
+        var config = EnvironmentConfiguration(databases: StoreDatabases.specs, durability: options.durability)
+        config.initialMapSize = options.initialMapSize
+        config.maxReaders = options.maxReaders
+        let env: Environment
+        do { env = try Environment.open(path: path, configuration: config) }
+        catch { throw StoreError(.storage, "cannot open store \(path): \(error)", underlying: error) }
+        let dbs: StoreDatabases
+        do { dbs = try StoreDatabases(env) }
+        catch { throw StoreError(.storage, "cannot open store \(path): \(error)", underlying: error) }
+        let opened = try storageErrors(env.path) {
+            try env.write { txn in
+                try SchemaMerger(path: env.path, txn: txn, dbs: dbs, options: options).run(declaration)
+            }
+        }
+        return Store(path: env.path, env: env, dbs: dbs, opened: opened)
+    }
+
+    private init(path: String, env: Environment, dbs: StoreDatabases, opened: SchemaMerger.Result) {
+        self.path = path
+        self.env = env
+        self.dbs = dbs
+        self.storeID = opened.storeID
+        self.siteID = opened.siteID
+        self.catalogBox = Mutex(opened.catalog)
+    }
+
+    // MARK: Transactions
+
+    /// Runs `body` in one write transaction: every record, index, count and the history entry
+    /// it produces commit together when `body` returns, or not at all when it throws.
+    ///
+    /// `body` may run more than once (when the map grows), so it must only change the store.
+    /// - Parameter author: recorded in the history entry (like Core Data's transaction author).
+    public func write<R>(author: String? = nil, _ body: (StoreTransaction) throws -> R) throws -> R {
+        var changedCatalog: Catalog?
+        let result = try storageErrors(path) {
+            try env.write { txn in
+                let context = try WriteContext(store: self, txn: txn, author: author)
+                let result = try body(StoreTransaction(context: context, store: self))
+                try context.finish()
+                changedCatalog = context.changedCatalog
+                return result
+            }
+        }
+        if let changedCatalog { publish(changedCatalog) }
+        return result
+    }
+
+    /// Runs `body` on a consistent read-only snapshot of the store.
+    public func read<R>(_ body: (StoreSnapshot) throws -> R) throws -> R {
+        try storageErrors(path) {
+            try env.read { txn in try body(StoreSnapshot(store: self, txn: txn, catalog: catalog)) }
+        }
+    }
+
+    /// Re-reads the schema from the store (after another process changed it).
+    func reloadCatalog<T: TransactionReading>(_ txn: T) throws -> Catalog {
+        let generation = LittleEndian.uint64(try txn.get(dbs.meta, key: MetaKey.schemaGeneration)) ?? 0
+        let current = catalog
+        if generation == current.generation { return current }
+        let schema = try SchemaMerger.loadSchema(txn, dbs, path) ?? StoreSchema()
+        let fresh = Catalog(schema: schema, generation: generation)
+        publish(fresh)
+        return fresh
+    }
+
+    // MARK: Statistics
+
+    /// Types, counts, index sizes, map use and LMDB figures.
+    public func statistics() throws -> StoreStatistics {
+        try read { snapshot in
+            let txn = snapshot.txn
+            let catalog = try reloadCatalog(txn)
+            var types: [StoreStatistics.TypeStatistics] = []
+            for type in catalog.schema.types {
+                var indexes: [StoreStatistics.IndexStatistics] = []
+                for index in type.indexes {
+                    var entries = 0, keys = 0
+                    var last: [UInt8]? = nil
+                    try txn.scan(dbs.index, prefix: StoreKeys.indexPrefix(type.tag, index.tag)) { key, _ in
+                        entries += 1
+                        if key != last { keys += 1; last = key }
+                        return true
+                    }
+                    indexes.append(.init(name: index.name, fields: index.fields, unique: index.unique, entries: entries, distinctKeys: keys))
+                }
+                types.append(.init(name: type.name, count: try snapshot.count(typeNamed: type.name), fields: type.fields.count,
+                                   localOnly: type.localOnly, indexes: indexes))
+            }
+            let info = env.info()
+            var databases: [String: DatabaseStatistics] = [:]
+            for db in [dbs.records, dbs.index, dbs.counts, dbs.history, dbs.meta] {
+                databases[db.name] = try txn.statistics(db)
+            }
+            let fileSize = (try? FileManager.default.attributesOfItem(atPath: (path as NSString).appendingPathComponent("data.mdb"))[.size] as? Int) ?? 0
+            return StoreStatistics(path: path, storeID: storeID, siteID: siteID, schemaVersion: catalog.schema.version,
+                                   types: types, mapSize: info.mapSize, mapUsed: info.usedBytes, fileSize: fileSize,
+                                   pageSize: info.pageSize, readersInUse: info.readersInUse, maxReaders: info.maxReaders,
+                                   historyEntries: databases["history"]?.entries ?? 0, historyBytes: databases["history"]?.bytes ?? 0,
+                                   databases: databases)
+        }
+    }
+}
+
+/// What ``Store/statistics()`` reports.
+public struct StoreStatistics: Sendable, Codable {
+    public struct IndexStatistics: Sendable, Codable {
+        public let name: String
+        public let fields: [String]
+        public let unique: Bool
+        public let entries: Int
+        public let distinctKeys: Int
+    }
+    public struct TypeStatistics: Sendable, Codable {
+        public let name: String
+        public let count: Int
+        public let fields: Int
+        public let localOnly: Bool
+        public let indexes: [IndexStatistics]
+    }
+    public let path: String
+    public let storeID: RecordID
+    public let siteID: RecordID
+    public let schemaVersion: Int
+    public let types: [TypeStatistics]
+    public let mapSize: Int
+    public let mapUsed: Int
+    public let fileSize: Int
+    public let pageSize: Int
+    public let readersInUse: Int
+    public let maxReaders: Int
+    public let historyEntries: Int
+    public let historyBytes: Int
+    public let databases: [String: DatabaseStatistics]
+}
+
+/// Wraps LMDB errors into ``StoreError/Code/storage`` with the store path; lets
+/// ``StoreError`` and everything else through unchanged.
+func storageErrors<R>(_ path: String, _ body: () throws -> R) throws -> R {
+    do {
+        return try body()
+    } catch let error as LMDBError {
+        throw StoreError(.storage, "store \(path): \(error)", underlying: error)
+    }
+}

@@ -1,0 +1,53 @@
+import Foundation
+import StashLMDB
+
+/// An error from the store, with a message that names the store, type, record or field
+/// involved and says what to do.
+///
+/// ```swift
+/// do { try store.insert(item) }
+/// catch let error as StoreError where error.code == .uniqueViolation { … }
+/// ```
+/// `Code` is an extensible struct: new codes never break a `switch` with a `default`.
+public struct StoreError: Error, CustomStringConvertible, Sendable {
+    public struct Code: Hashable, Sendable, CustomStringConvertible {
+        private let name: String
+        private init(_ name: String) { self.name = name }
+        public var description: String { name }
+
+        /// The type is not in the store's schema.
+        public static let unknownType = Code("unknownType")
+        /// The field is not in the type's schema.
+        public static let unknownField = Code("unknownField")
+        /// A value does not fit its field (wrong kind, malformed JSON, bad id).
+        public static let invalidValue = Code("invalidValue")
+        /// Insert of an id that exists.
+        public static let duplicateID = Code("duplicateID")
+        /// Update of an id that does not exist.
+        public static let notFound = Code("notFound")
+        /// A unique index already holds the value.
+        public static let uniqueViolation = Code("uniqueViolation")
+        /// The declared schema cannot be reconciled with the stored one without a migration.
+        public static let incompatibleSchema = Code("incompatibleSchema")
+        /// Stored bytes could not be decoded.
+        public static let corrupted = Code("corrupted")
+        /// The directory is not a Stash store (or is a newer format).
+        public static let notAStore = Code("notAStore")
+        /// An index was asked for that the type does not declare.
+        public static let noSuchIndex = Code("noSuchIndex")
+        /// LMDB failed; ``StoreError/underlying`` holds the ``LMDBError``.
+        public static let storage = Code("storage")
+    }
+
+    public let code: Code
+    public let message: String
+    public let underlying: (any Error & Sendable)?
+
+    public init(_ code: Code, _ message: String, underlying: (any Error & Sendable)? = nil) {
+        self.code = code
+        self.message = message
+        self.underlying = underlying
+    }
+
+    public var description: String { message }
+}

@@ -1,0 +1,238 @@
+import Foundation
+import StashLMDB
+
+/// How a record write treats an existing record with the same id.
+enum WriteMode {
+    case insert, update, upsert
+}
+
+/// The state of one write transaction: the schema as it grows, count deltas and the
+/// changes that become this transaction's history entry. Every record write goes through
+/// ``put(_:id:bytes:mode:)`` or ``remove(_:id:)``: record, indexes, counts and history
+/// are updated together.
+final class WriteContext: FieldTagResolver {
+    let path: String
+    let txn: WriteTransaction
+    let dbs: StoreDatabases
+    let siteID: RecordID
+    let author: String?
+    private(set) var catalog: Catalog
+    private var schemaChanged = false
+    private var encodingType = ""
+    private var countDeltas: [UInt16: Int] = [:]
+    private var changes: [HistoryChange.Stored] = []
+
+    init(path: String, txn: WriteTransaction, dbs: StoreDatabases, catalog: Catalog, siteID: RecordID, author: String?) {
+        self.path = path
+        self.txn = txn
+        self.dbs = dbs
+        self.catalog = catalog
+        self.siteID = siteID
+        self.author = author
+    }
+
+    convenience init(store: Store, txn: WriteTransaction, author: String?) throws {
+        self.init(path: store.path, txn: txn, dbs: store.dbs, catalog: try store.reloadCatalog(txn),
+                  siteID: store.siteID, author: author)
+    }
+
+    /// The new catalog when this transaction changed the schema.
+    var changedCatalog: Catalog? { schemaChanged ? catalog : nil }
+
+    func layout(_ name: String) throws -> TypeLayout { try catalog.layout(name, store: path) }
+
+    // MARK: Schema growth
+
+    func updateSchema(_ change: (inout StoreSchema) throws -> Void) rethrows {
+        var schema = catalog.schema
+        try change(&schema)
+        if schema != catalog.schema {
+            catalog = Catalog(schema: schema, generation: catalog.generation + 1)
+            schemaChanged = true
+        }
+    }
+
+    func tag(for name: String, kind: FieldKind?) throws -> UInt16 {
+        let layout = try self.layout(encodingType)
+        if let tag = layout.tagsByName[name] {
+            if let kind, let field = layout.schema.field(tagged: tag) {
+                if field.kind == nil {
+                    let type = encodingType
+                    updateSchema { schema in
+                        let t = schema.types.firstIndex { $0.name == type }!
+                        let f = schema.types[t].fields.firstIndex { $0.tag == tag }!
+                        schema.types[t].fields[f].kind = kind
+                    }
+                } else if field.kind != kind {
+                    throw StoreError(.incompatibleSchema, "store \(path): \(encodingType).\(name) is stored as \(field.kind!.rawValue), got \(kind.rawValue); change a field's kind with a Migration")
+                }
+            }
+            return tag
+        }
+        let type = encodingType
+        var newTag: UInt16 = 0
+        updateSchema { schema in
+            let t = schema.types.firstIndex { $0.name == type }!
+            newTag = schema.types[t].nextFieldTag
+            schema.types[t].fields.append(FieldSchema(name: name, tag: newTag, kind: kind, optional: true))
+        }
+        return newTag
+    }
+
+    // MARK: Encoding
+
+    func encode<R: Record>(_ record: R) throws -> (TypeLayout, [UInt8]) {
+        encodingType = R.recordType
+        _ = try layout(encodingType)
+        let bytes = try RecordEncoder.encode(record, resolver: self)
+        return (try layout(encodingType), bytes)
+    }
+
+    func encode(_ record: GenericRecord) throws -> (TypeLayout, [UInt8]) {
+        encodingType = record.type
+        _ = try layout(encodingType)
+        let bytes = try RecordEncoder.encode(fields: record.fields, resolver: self)
+        return (try layout(encodingType), bytes)
+    }
+
+    // MARK: Record writes
+
+    /// Writes one record with its index entries, count and history change.
+    /// - Returns: false when the stored bytes were already identical (nothing written).
+    @discardableResult
+    func put(_ layout: TypeLayout, id: RecordID, bytes: [UInt8], mode: WriteMode) throws -> Bool {
+        let type = layout.schema
+        let key = StoreKeys.record(type.tag, id)
+        let oldBytes = try txn.get(dbs.records, key: key)
+        switch (mode, oldBytes) {
+        case (.insert, .some):
+            throw StoreError(.duplicateID, "store \(path): \(type.name) \(id) already exists; use upsert or update to replace it")
+        case (.update, .none):
+            throw StoreError(.notFound, "store \(path): no \(type.name) with id \(id) to update")
+        default: break
+        }
+        if oldBytes == bytes { return false }
+        let new = try decodeStored(bytes, type.name, id)
+        let old = try oldBytes.map { try decodeStored($0, type.name, id) }
+        let idBytes = id.bytes
+        for index in type.indexes {
+            let newKey = try indexKey(index, layout, new)
+            let oldKey = try old.map { try indexKey(index, layout, $0) }
+            if let oldKey, oldKey == newKey, !newKey.isLossy { continue }
+            if let oldKey { try txn.delete(dbs.index, key: oldKey, value: idBytes) }
+            if index.unique { try checkUnique(index, layout, newKey, new, id) }
+            try txn.put(dbs.index, key: newKey, value: idBytes)
+        }
+        try txn.put(dbs.records, key: key, value: bytes)
+        if let old {
+            var tags: [UInt16] = []
+            for field in new.fields where old.rawValue(of: field.tag) != new.bytes[field.range] { tags.append(field.tag) }
+            for field in old.fields where new.range(of: field.tag) == nil { tags.append(field.tag) }
+            changes.append(.init(typeTag: type.tag, id: id, operation: .update, fieldTags: tags))
+        } else {
+            countDeltas[type.tag, default: 0] += 1
+            changes.append(.init(typeTag: type.tag, id: id, operation: .insert, fieldTags: new.fields.map(\.tag)))
+        }
+        return true
+    }
+
+    /// Deletes one record with its index entries, count and history change.
+    /// - Returns: false when there was no such record.
+    @discardableResult
+    func remove(_ layout: TypeLayout, id: RecordID) throws -> Bool {
+        let type = layout.schema
+        let key = StoreKeys.record(type.tag, id)
+        guard let oldBytes = try txn.get(dbs.records, key: key) else { return false }
+        let old = try decodeStored(oldBytes, type.name, id)
+        let idBytes = id.bytes
+        for index in type.indexes {
+            try txn.delete(dbs.index, key: try indexKey(index, layout, old), value: idBytes)
+        }
+        try txn.delete(dbs.records, key: key)
+        countDeltas[type.tag, default: 0] -= 1
+        changes.append(.init(typeTag: type.tag, id: id, operation: .delete, fieldTags: []))
+        return true
+    }
+
+    /// The stored count plus this transaction's pending changes.
+    func count(_ typeTag: UInt16) throws -> Int {
+        let stored = LittleEndian.uint64(try txn.get(dbs.counts, key: StoreKeys.count(typeTag))) ?? 0
+        return Int(stored) + countDeltas[typeTag, default: 0]
+    }
+
+    /// Adds the index entry of a stored record (index backfill), checking uniqueness.
+    func addIndexEntry(_ index: IndexSchema, _ layout: TypeLayout, _ record: EncodedRecord, id: RecordID) throws {
+        let key = try indexKey(index, layout, record)
+        if index.unique { try checkUnique(index, layout, key, record, id) }
+        try txn.put(dbs.index, key: key, value: id.bytes)
+    }
+
+    private func checkUnique(_ index: IndexSchema, _ layout: TypeLayout, _ key: KeyBytes, _ new: EncodedRecord, _ id: RecordID) throws {
+        var conflict: RecordID?
+        try txn.forEachDuplicate(dbs.index, key: key) { value in
+            guard let other = RecordID(bytes: value[...]), other != id else { return true }
+            if key.isLossy {
+                // A shortened key: compare the real values before calling it a duplicate.
+                let otherKey = StoreKeys.record(layout.schema.tag, other)
+                guard let otherBytes = try txn.get(dbs.records, key: otherKey) else { return true }
+                let otherRecord = try decodeStored(otherBytes, layout.schema.name, other)
+                let same = try index.fields.allSatisfy { name in
+                    try fieldValue(name, layout, otherRecord) == fieldValue(name, layout, new)
+                }
+                if !same { return true }
+            }
+            conflict = other
+            return false
+        }
+        if let conflict {
+            let values = try index.fields.map { "\($0) = \(try fieldValue($0, layout, new).json.text)" }.joined(separator: ", ")
+            throw StoreError(.uniqueViolation, "store \(path): \(layout.schema.name) \(conflict) already has \(values) (unique index \(index.name)); update that record instead")
+        }
+    }
+
+    func decodeStored(_ bytes: [UInt8], _ type: String, _ id: RecordID) throws -> EncodedRecord {
+        do { return try EncodedRecord(bytes) }
+        catch { throw StoreError(.corrupted, "store \(path): \(type) \(id) cannot be decoded: \(error); run `stash verify \(path)`") }
+    }
+
+    // MARK: Commit
+
+    /// Flushes counts, the schema (when it grew) and this transaction's history entry.
+    func finish() throws {
+        for (tag, delta) in countDeltas where delta != 0 {
+            let key = StoreKeys.count(tag)
+            let stored = Int(LittleEndian.uint64(try txn.get(dbs.counts, key: key)) ?? 0)
+            try txn.put(dbs.counts, key: key, value: LittleEndian.bytes(UInt64(max(0, stored + delta))))
+        }
+        countDeltas.removeAll()
+        if schemaChanged {
+            try SchemaMerger.saveSchema(catalog.schema, generation: catalog.generation, txn, dbs)
+        }
+        if !changes.isEmpty {
+            let sequence = LittleEndian.uint64(try txn.get(dbs.meta, key: MetaKey.nextSequence)) ?? 1
+            let entry = HistoryEntry.encode(timestamp: Date(), origin: siteID, author: author, changes: changes)
+            var key = KeyBytes()
+            key.appendBigEndian(sequence)
+            try txn.put(dbs.history, key: key, value: entry)
+            try txn.put(dbs.meta, key: MetaKey.nextSequence, value: LittleEndian.bytes(sequence + 1))
+            changes.removeAll()
+        }
+    }
+}
+
+// MARK: Index keys from stored records
+
+/// The value of field `name` in a stored record, or its schema default, or null.
+func fieldValue(_ name: String, _ layout: TypeLayout, _ record: EncodedRecord) throws -> FieldValue {
+    if let tag = layout.tagsByName[name], let value = try record.value(of: tag) { return value }
+    return layout.defaults[name] ?? .null
+}
+
+/// The index key of a stored record: type tag, index tag, then each field's component.
+func indexKey(_ index: IndexSchema, _ layout: TypeLayout, _ record: EncodedRecord) throws -> KeyBytes {
+    var key = StoreKeys.indexPrefix(layout.schema.tag, index.tag)
+    for name in index.fields {
+        try fieldValue(name, layout, record).appendIndexComponent(to: &key)
+    }
+    return key
+}
