@@ -7,7 +7,7 @@ let package = Package(
     products: [
         .library(name: "StashLMDB", targets: ["StashLMDB"]),
         .library(name: "Stash", targets: ["Stash"]),
-        .executable(name: "stash", targets: ["stash"]),
+        .executable(name: "stash", targets: ["StashCLI"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
@@ -21,12 +21,15 @@ let package = Package(
         ),
         .target(name: "StashLMDB", dependencies: ["CLMDB"]),
         .target(name: "Stash", dependencies: ["StashLMDB"]),
+        // The `stash` command. The module is StashCLI so that it never clashes with the
+        // `Stash` library on case-insensitive file systems.
         .executableTarget(
-            name: "stash",
+            name: "StashCLI",
             dependencies: [
                 "Stash",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
-            ]
+            ],
+            path: "Sources/stash"
         ),
         .testTarget(name: "StashLMDBTests", dependencies: ["StashLMDB"]),
         .testTarget(name: "StashTests", dependencies: ["Stash", "StashLMDB"]),

@@ -1,0 +1,275 @@
+import ArgumentParser
+import Foundation
+import Stash
+
+struct Init: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Create a store (or update its schema) from a JSON schema file.",
+        discussion: """
+        The schema file lists types with fields, indexes and local-only flags:
+        {"types": [{"name": "Item", "localOnly": false,
+                    "fields": [{"name": "homeID", "kind": "uuid"}, {"name": "name", "kind": "string"},
+                               {"name": "note", "kind": "string", "optional": true}],
+                    "indexes": [{"fields": ["homeID"]}, {"fields": ["email"], "unique": true}]}]}
+        Kinds: bool, int, double, string, bytes, uuid, date, array, map.
+        """)
+
+    @Argument(help: "The store directory (created if missing).") var directory: String
+    @Option(name: .long, help: "The JSON schema file.") var schema: String
+
+    func run() throws {
+        try runCommand {
+            guard let data = FileManager.default.contents(atPath: schema) else {
+                throw CommandFailure(message: "cannot read schema file \(schema)")
+            }
+            let declaration: SchemaDeclaration
+            do { declaration = try JSONDecoder().decode(SchemaDeclaration.self, from: data) }
+            catch { throw CommandFailure(message: "schema file \(schema) is not valid: \(error)") }
+            var options = StoreOptions()
+            options.progress = progressReporter()
+            let store = try Store.open(at: directory, declaration: declaration, options: options)
+            let names = store.schema.types.map(\.name).joined(separator: ", ")
+            printLine("store \(store.path): \(store.schema.types.count) type(s): \(names)")
+        }
+    }
+}
+
+struct Put: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Insert or replace a record given as a JSON object; prints its id.",
+        discussion: "Without an \"id\" member a new time-ordered id is made. Fields must exist in the stored schema.")
+
+    @Argument(help: "The store directory.") var directory: String
+    @Argument(help: "The record type.") var type: String
+    @Argument(help: "The record as a JSON object.") var json: String
+    @Flag(name: .long, help: "Fail if a record with this id exists (default: replace it).") var insert = false
+
+    func run() throws {
+        try runCommand {
+            let store = try openExisting(directory)
+            guard let typeSchema = store.schema.type(named: type) else {
+                throw StoreError(.unknownType, "store \(store.path) has no record type '\(type)' (known: \(store.schema.types.map(\.name).sorted().joined(separator: ", ")))")
+            }
+            guard case .object(let members) = try JSONValue.parse(json) else {
+                throw CommandFailure(message: "a record must be a JSON object, like {\"name\": \"Lamp\"}")
+            }
+            var id = RecordID()
+            var fields: [String: FieldValue] = [:]
+            for (name, value) in members {
+                if name == "id" {
+                    guard case .string(let text) = value else { throw CommandFailure(message: "\"id\" must be a UUID string") }
+                    id = try parseID(text)
+                    continue
+                }
+                guard let field = typeSchema.field(named: name) else {
+                    let known = typeSchema.fields.map(\.name).sorted().joined(separator: ", ")
+                    throw StoreError(.unknownField, "\(type) has no field '\(name)' (fields: \(known))")
+                }
+                fields[name] = try FieldValue.fromJSON(value, kind: field.kind, field: name)
+            }
+            for field in typeSchema.fields where !field.optional && field.defaultValue == nil && (fields[field.name] ?? .null) == .null {
+                throw StoreError(.invalidValue, "\(type) needs field '\(field.name)' (\(field.kind?.rawValue ?? "any"))")
+            }
+            try store.write(author: "cli") { tx in
+                try tx.put(GenericRecord(type: type, id: id, fields: fields), replacing: !insert)
+            }
+            printLine(id.description)
+        }
+    }
+}
+
+struct Get: ParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Print one record as JSON.")
+    @Argument(help: "The store directory.") var directory: String
+    @Argument(help: "The record type.") var type: String
+    @Argument(help: "The record id.") var id: String
+
+    func run() throws {
+        try runCommand {
+            let store = try openExisting(directory)
+            let recordID = try parseID(id)
+            guard let record = try store.read({ try $0.get(typeNamed: type, id: recordID) }) else {
+                throw StoreError(.notFound, "store \(store.path): no \(type) with id \(id)")
+            }
+            printLine(record.json.text)
+        }
+    }
+}
+
+struct Delete: ParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Delete one record.")
+    @Argument(help: "The store directory.") var directory: String
+    @Argument(help: "The record type.") var type: String
+    @Argument(help: "The record id.") var id: String
+
+    func run() throws {
+        try runCommand {
+            let store = try openExisting(directory)
+            let recordID = try parseID(id)
+            guard try store.write(author: "cli", { try $0.delete(typeNamed: type, id: recordID) }) else {
+                throw StoreError(.notFound, "store \(store.path): no \(type) with id \(id)")
+            }
+            printLine("deleted \(type) \(id)")
+        }
+    }
+}
+
+struct Count: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Count records of a type, optionally where fields match.",
+        discussion: "Conditions: field=value, field<value, field<=value, field>value, field>=value (all must hold).")
+    @Argument(help: "The store directory.") var directory: String
+    @Argument(help: "The record type.") var type: String
+    @Option(name: .customLong("where"), help: "A condition such as homeID=… or wearCount>=3 (repeatable).") var conditions: [String] = []
+    @Flag(name: .long, help: "Also print the query plan on stderr.") var explain = false
+
+    func run() throws {
+        try runCommand {
+            let store = try openExisting(directory)
+            guard let typeSchema = store.schema.type(named: type) else {
+                throw StoreError(.unknownType, "store \(store.path) has no record type '\(type)' (known: \(store.schema.types.map(\.name).sorted().joined(separator: ", ")))")
+            }
+            let parsed = try conditions.map { try parseCondition($0, typeSchema) }
+            let (count, plan) = try store.read { snapshot in
+                (try snapshot.count(typeNamed: type, where: parsed), try snapshot.explain(typeNamed: type, where: parsed))
+            }
+            if explain { FileHandle.standardError.write(Data("plan: \(plan)\n".utf8)) }
+            printLine("\(count)")
+        }
+    }
+}
+
+/// `field=value` and friends, with the value read according to the field's kind.
+func parseCondition(_ text: String, _ type: TypeSchema) throws -> QueryCondition {
+    let operators: [(String, QueryCondition.Operator)] = [("<=", .lessOrEqual), (">=", .greaterOrEqual), ("=", .equal), ("<", .less), (">", .greater)]
+    for (symbol, op) in operators {
+        guard let range = text.range(of: symbol) else { continue }
+        let field = String(text[..<range.lowerBound]).trimmingCharacters(in: .whitespaces)
+        let raw = String(text[range.upperBound...]).trimmingCharacters(in: .whitespaces)
+        if field == "id" { return QueryCondition(field: "id", op: op, value: .uuid(try parseID(raw).uuid)) }
+        guard let schema = type.field(named: field) else {
+            let known = type.fields.map(\.name).sorted().joined(separator: ", ")
+            throw StoreError(.unknownField, "\(type.name) has no field '\(field)' (fields: \(known))")
+        }
+        return QueryCondition(field: field, op: op, value: try parseScalar(raw, kind: schema.kind, field: field))
+    }
+    throw CommandFailure(message: "condition '\(text)' needs an operator: =, <, <=, >, >=")
+}
+
+struct Dump: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Print records as JSON lines: {\"type\": …, \"id\": …, \"fields\": {…}}.",
+        discussion: "Records are decoded from the stored schema; no Swift types are needed.")
+    @Argument(help: "The store directory.") var directory: String
+    @Argument(help: "Only this record type.") var type: String?
+
+    func run() throws {
+        try runCommand {
+            let store = try openExisting(directory)
+            let types = try type.map { name -> [String] in
+                guard store.schema.type(named: name) != nil else {
+                    throw StoreError(.unknownType, "store \(store.path) has no record type '\(name)'")
+                }
+                return [name]
+            } ?? store.schema.types.map(\.name)
+            try store.read { snapshot in
+                for name in types {
+                    try snapshot.forEachRecord(typeNamed: name) { record in
+                        let line = JSONValue.object(["type": .string(record.type), "id": .string(record.id.description),
+                                                     "fields": .object(record.fields.mapValues(\.json))])
+                        printLine(line.text)
+                        return true
+                    }
+                }
+            }
+        }
+    }
+}
+
+struct Stat: ParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Types, counts, indexes, map size and LMDB statistics.")
+    @Argument(help: "The store directory.") var directory: String
+    @Flag(name: .long, help: "Print JSON instead of text.") var json = false
+
+    func run() throws {
+        try runCommand {
+            let store = try openExisting(directory)
+            let stats = try store.statistics()
+            if json {
+                let encoder = JSONEncoder()
+                encoder.outputFormatting = [.sortedKeys, .prettyPrinted]
+                printLine(String(decoding: try encoder.encode(stats), as: UTF8.self))
+                return
+            }
+            printLine("store    \(stats.path)")
+            printLine("ids      store \(stats.storeID)  site \(stats.siteID)  schema v\(stats.schemaVersion)")
+            printLine("map      \(bytes(stats.mapUsed)) used of \(bytes(stats.mapSize)) (file \(bytes(stats.fileSize)), page \(stats.pageSize) B)")
+            printLine("readers  \(stats.readersInUse) of \(stats.maxReaders)")
+            printLine("history  \(stats.historyEntries) entries, \(bytes(stats.historyBytes))")
+            for type in stats.types {
+                printLine("type     \(type.name): \(type.count) records, \(type.fields) fields\(type.localOnly ? ", local-only" : "")")
+                for index in type.indexes {
+                    printLine("  index  \(index.name)\(index.unique ? " (unique)" : ""): \(index.entries) entries, \(index.distinctKeys) keys")
+                }
+            }
+            for (name, db) in stats.databases.sorted(by: { $0.key < $1.key }) {
+                printLine("lmdb     \(name): \(db.entries) entries, depth \(db.depth), \(db.leafPages) leaf + \(db.branchPages) branch + \(db.overflowPages) overflow pages")
+            }
+        }
+    }
+
+    private func bytes(_ n: Int) -> String {
+        n >= 1 << 20 ? String(format: "%.1f MiB", Double(n) / 1048576) : String(format: "%.1f KiB", Double(n) / 1024)
+    }
+}
+
+struct Verify: ParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Check that indexes, counts and history agree with the records; exit 1 on any mismatch.")
+    @Argument(help: "The store directory.") var directory: String
+
+    func run() throws {
+        try runCommand {
+            let store = try openExisting(directory)
+            let report = try store.verify()
+            printLine(report.description)
+            if !report.isClean { Foundation.exit(1) }
+        }
+    }
+}
+
+struct History: ParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Print committed transactions as JSON lines.")
+    @Argument(help: "The store directory.") var directory: String
+    @Option(help: "Only entries after this sequence number.") var after: UInt64 = 0
+    @Option(name: .customLong("type"), help: "Only changes of this type (repeatable).") var types: [String] = []
+    @Option(help: "At most this many entries.") var limit: Int?
+
+    func run() throws {
+        try runCommand {
+            let store = try openExisting(directory)
+            for entry in try store.history(after: HistoryToken(sequence: after), types: types.isEmpty ? nil : Set(types), limit: limit) {
+                printLine(historyJSON(entry).text)
+            }
+        }
+    }
+}
+
+func historyJSON(_ entry: HistoryEntry) -> JSONValue {
+    .object([
+        "sequence": .int(Int64(entry.sequence)),
+        "timestamp": .string(FieldValue.date(entry.timestamp).json.textValue),
+        "origin": .string(entry.origin.description),
+        "author": entry.author.map { .string($0) } ?? .null,
+        "changes": .array(entry.changes.map { change in
+            .object(["type": .string(change.type), "id": .string(change.id.description),
+                     "op": .string("\(change.operation)"), "fields": .array(change.fields.map { .string($0) })])
+        }),
+    ])
+}
+
+extension JSONValue {
+    var textValue: String {
+        if case .string(let s) = self { return s }
+        return text
+    }
+}

@@ -1,0 +1,86 @@
+import ArgumentParser
+import Foundation
+import Stash
+
+@main
+struct StashCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "stash",
+        abstract: "Inspect and edit Stash stores (typed records on LMDB).",
+        discussion: "Every command takes the store directory first. Errors print one line on stderr and exit non-zero.",
+        subcommands: [Demo.self, Init.self, Put.self, Get.self, Delete.self, Count.self, Dump.self,
+                      Stat.self, Verify.self, History.self]
+    )
+}
+
+/// The one-line error and exit code every command uses.
+struct CommandFailure: Error, CustomStringConvertible {
+    let message: String
+    var description: String { message }
+}
+
+/// Runs a command body; any error becomes `stash: <message>` on stderr and exit code 1.
+func runCommand(_ body: () throws -> Void) throws {
+    do {
+        try body()
+    } catch let error as CommandFailure {
+        fail(error.message)
+    } catch let error as StoreError {
+        fail(error.message)
+    } catch {
+        fail("\(error)")
+    }
+}
+
+func fail(_ message: String) -> Never {
+    FileHandle.standardError.write(Data("stash: \(message)\n".utf8))
+    Foundation.exit(1)
+}
+
+func printLine(_ text: String) {
+    FileHandle.standardOutput.write(Data((text + "\n").utf8))
+}
+
+/// Opens an existing store (never creates one).
+func openExisting(_ directory: String) throws -> Store {
+    var options = StoreOptions()
+    options.createIfMissing = false
+    options.progress = progressReporter()
+    var isDirectory: ObjCBool = false
+    guard FileManager.default.fileExists(atPath: directory, isDirectory: &isDirectory), isDirectory.boolValue else {
+        throw CommandFailure(message: "no store directory at \(directory)")
+    }
+    return try Store.open(at: directory, declaration: SchemaDeclaration(types: []), options: options)
+}
+
+/// Progress lines on stderr for long work (index backfill, migrations).
+func progressReporter() -> @Sendable (StoreProgress) -> Void {
+    { progress in
+        FileHandle.standardError.write(Data("\(progress.phase): \(progress.done)/\(progress.total)\n".utf8))
+    }
+}
+
+func parseID(_ text: String) throws -> RecordID {
+    guard let id = RecordID(string: text) else {
+        throw CommandFailure(message: "'\(text)' is not a record id (expected a UUID such as 0192f1c2-7b3a-7000-8000-000000000001)")
+    }
+    return id
+}
+
+/// Parses a command-line scalar for a field of `kind`: strings as given, others as JSON.
+func parseScalar(_ text: String, kind: FieldKind?, field: String) throws -> FieldValue {
+    if text == "null" { return .null }
+    switch kind {
+    case .string:
+        return .string(text)
+    case .uuid, .date, .bytes:
+        return try FieldValue.fromJSON(.string(text), kind: kind, field: field)
+    default:
+        let json: JSONValue
+        do { json = try JSONValue.parse(text) } catch {
+            if kind == nil { return .string(text) }
+            throw StoreError(.invalidValue, "field '\(field)' expects \(kind!.rawValue), got '\(text)'")
+        }
+        return try FieldValue.fromJSON(json, kind: kind, field: field)
+    }
+}
