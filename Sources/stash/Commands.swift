@@ -50,30 +50,77 @@ struct Put: ParsableCommand {
             guard let typeSchema = store.schema.type(named: type) else {
                 throw StoreError(.unknownType, "store \(store.path) has no record type '\(type)' (known: \(store.schema.types.map(\.name).sorted().joined(separator: ", ")))")
             }
-            guard case .object(let members) = try JSONValue.parse(json) else {
-                throw CommandFailure(message: "a record must be a JSON object, like {\"name\": \"Lamp\"}")
+            let record = try genericRecord(type: typeSchema, json: try JSONValue.parse(json))
+            try store.write(author: "cli") { tx in try tx.put(record, replacing: !insert) }
+            printLine(record.id.description)
+        }
+    }
+}
+
+/// A record from a JSON object, checked against the stored schema: known fields, right
+/// kinds, required fields present. A missing "id" gets a new time-ordered id.
+func genericRecord(type: TypeSchema, json: JSONValue) throws -> GenericRecord {
+    guard case .object(let members) = json else {
+        throw CommandFailure(message: "a record must be a JSON object, like {\"name\": \"Lamp\"}")
+    }
+    var id = RecordID()
+    var fields: [String: FieldValue] = [:]
+    for (name, value) in members {
+        if name == "id" {
+            guard case .string(let text) = value else { throw CommandFailure(message: "\"id\" must be a UUID string") }
+            id = try parseID(text)
+            continue
+        }
+        guard let field = type.field(named: name) else {
+            let known = type.fields.map(\.name).sorted().joined(separator: ", ")
+            throw StoreError(.unknownField, "\(type.name) has no field '\(name)' (fields: \(known))")
+        }
+        fields[name] = try FieldValue.fromJSON(value, kind: field.kind, field: name)
+    }
+    for field in type.fields where !field.optional && field.defaultValue == nil && (fields[field.name] ?? .null) == .null {
+        throw StoreError(.invalidValue, "\(type.name) needs field '\(field.name)' (\(field.kind?.rawValue ?? "any"))")
+    }
+    return GenericRecord(type: type.name, id: id, fields: fields)
+}
+
+struct Load: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Insert or replace records from JSON lines (one object per line), in batched transactions.",
+        discussion: "Every line is checked before anything is written; a bad line stops the load with its line number and writes nothing.")
+
+    @Argument(help: "The store directory.") var directory: String
+    @Argument(help: "The record type.") var type: String
+    @Argument(help: "A JSON-lines file, or - for standard input.") var file: String
+    @Option(help: "Records per write transaction.") var batch: Int = 1000
+
+    func run() throws {
+        try runCommand {
+            guard batch > 0 else { throw CommandFailure(message: "--batch must be at least 1") }
+            let store = try openExisting(directory)
+            guard let typeSchema = store.schema.type(named: type) else {
+                throw StoreError(.unknownType, "store \(store.path) has no record type '\(type)' (known: \(store.schema.types.map(\.name).sorted().joined(separator: ", ")))")
             }
-            var id = RecordID()
-            var fields: [String: FieldValue] = [:]
-            for (name, value) in members {
-                if name == "id" {
-                    guard case .string(let text) = value else { throw CommandFailure(message: "\"id\" must be a UUID string") }
-                    id = try parseID(text)
-                    continue
+            let data: Data
+            if file == "-" { data = FileHandle.standardInput.readDataToEndOfFile() }
+            else if let contents = FileManager.default.contents(atPath: file) { data = contents }
+            else { throw CommandFailure(message: "cannot read \(file)") }
+            var records: [GenericRecord] = []
+            for (n, line) in String(decoding: data, as: UTF8.self).split(separator: "\n", omittingEmptySubsequences: false).enumerated() {
+                let text = line.trimmingCharacters(in: .whitespaces)
+                if text.isEmpty { continue }
+                do { records.append(try genericRecord(type: typeSchema, json: try JSONValue.parse(text))) }
+                catch { throw CommandFailure(message: "\(file) line \(n + 1): \(error)") }
+            }
+            var written = 0
+            while written < records.count {
+                let slice = records[written..<min(records.count, written + batch)]
+                try store.write(author: "cli") { tx in for record in slice { try tx.put(record) } }
+                written += slice.count
+                if written % 10_000 < slice.count || written == records.count {
+                    FileHandle.standardError.write(Data("loaded \(written)/\(records.count)\n".utf8))
                 }
-                guard let field = typeSchema.field(named: name) else {
-                    let known = typeSchema.fields.map(\.name).sorted().joined(separator: ", ")
-                    throw StoreError(.unknownField, "\(type) has no field '\(name)' (fields: \(known))")
-                }
-                fields[name] = try FieldValue.fromJSON(value, kind: field.kind, field: name)
             }
-            for field in typeSchema.fields where !field.optional && field.defaultValue == nil && (fields[field.name] ?? .null) == .null {
-                throw StoreError(.invalidValue, "\(type) needs field '\(field.name)' (\(field.kind?.rawValue ?? "any"))")
-            }
-            try store.write(author: "cli") { tx in
-                try tx.put(GenericRecord(type: type, id: id, fields: fields), replacing: !insert)
-            }
-            printLine(id.description)
+            printLine("\(written)")
         }
     }
 }

@@ -1,0 +1,118 @@
+import Foundation
+import Stash
+import Testing
+
+@Suite(.serialized) struct CLITests {
+    @Test func roundTripThroughTheCommandLine() throws {
+        let dir = TemporaryDirectory()
+        let store = try StashCLI.makeStore(in: dir)
+        let home = try StashCLI.run("put", store, "Home", #"{"name": "Flat"}"#)
+        #expect(home.status == 0, "\(home.stderr)")
+        let homeID = home.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+        #expect(RecordID(string: homeID) != nil)
+        var itemIDs: [String] = []
+        for (n, name) in ["Lamp", "Desk", "Chair"].enumerated() {
+            let put = try StashCLI.run("put", store, "Item", #"{"homeID": "\#(homeID)", "name": "\#(name)", "wearCount": \#(n)}"#)
+            #expect(put.status == 0, "\(put.stderr)")
+            itemIDs.append(put.stdout.trimmingCharacters(in: .whitespacesAndNewlines))
+        }
+        let count = try StashCLI.run("count", store, "Item", "--where", "homeID=\(homeID)", "--explain")
+        #expect(count.status == 0)
+        #expect(count.stdout == "3\n")
+        #expect(count.stderr.contains("index homeID equality"))
+        #expect(try StashCLI.run("count", store, "Item", "--where", "wearCount>=1").stdout == "2\n")
+
+        let get = try StashCLI.run("get", store, "Item", itemIDs[1])
+        #expect(get.status == 0)
+        #expect(get.stdout.contains(#""name":"Desk""#))
+
+        let dump = try StashCLI.run("dump", store)
+        let lines = dump.stdout.split(separator: "\n")
+        #expect(lines.count == 4)
+        #expect(lines.filter { $0.contains(#""type":"Item""#) }.count == 3)
+
+        // The same records through the library, from the schema the CLI wrote.
+        let opened = try Store.open(at: store)
+        #expect(try opened.read { try $0.count(typeNamed: "Item") } == 3)
+        #expect(try opened.verify().isClean)
+
+        #expect(try StashCLI.run("delete", store, "Item", itemIDs[0]).status == 0)
+        #expect(try StashCLI.run("count", store, "Item").stdout == "2\n")
+        let verify = try StashCLI.run("verify", store)
+        #expect(verify.status == 0)
+        #expect(verify.stdout.contains("clean"))
+        let stat = try StashCLI.run("stat", store)
+        #expect(stat.stdout.contains("Item: 2 records"))
+        #expect(stat.stdout.contains("index  homeID: 2 entries"))
+        let history = try StashCLI.run("history", store)
+        #expect(history.stdout.split(separator: "\n").count == 5)   // 1 home + 3 items + 1 delete
+    }
+
+    /// Bad input: one line on stderr, non-zero exit, and the store exactly as before.
+    @Test func badInputIsRefusedAndLeavesTheStoreUnchanged() throws {
+        let dir = TemporaryDirectory()
+        let store = try StashCLI.makeStore(in: dir)
+        let homeID = try StashCLI.run("put", store, "Home", #"{"name": "Flat"}"#).stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+        #expect(try StashCLI.run("put", store, "Item", #"{"homeID": "\#(homeID)", "name": "Lamp", "wearCount": 1}"#).status == 0)
+        let before = try StashCLI.run("dump", store).stdout
+        let historyBefore = try StashCLI.run("history", store).stdout
+
+        let cases: [(args: [String], mentions: String)] = [
+            (["put", dir.sub("missing"), "Item", "{}"], "no store directory"),
+            (["put", store, "Nope", "{}"], "no record type 'Nope'"),
+            (["put", store, "Item", #"{"homeID": "\#(homeID)", "nmae": "x", "wearCount": 1}"#], "no field 'nmae'"),
+            (["put", store, "Item", #"{"homeID": "\#(homeID)", "name": "x""#], "malformed JSON"),
+            (["put", store, "Item", #"{"homeID": "\#(homeID)", "name": "x", "wearCount": "many"}"#], "expects an integer"),
+            (["put", store, "Item", #"{"homeID": "not-a-uuid", "name": "x", "wearCount": 1}"#], "expects a UUID"),
+            (["put", store, "Item", #"{"name": "x", "wearCount": 1}"#], "needs field 'homeID'"),
+            (["put", store, "Item", #"{"homeID": "\#(homeID)", "name": "Lamp", "wearCount": 2}"#], "unique index name"),
+            (["put", store, "Item", "[1, 2]"], "JSON object"),
+            (["get", store, "Item", "xyz"], "not a record id"),
+            (["get", store, "Item", RecordID().description], "no Item with id"),
+            (["delete", store, "Item", RecordID().description], "no Item with id"),
+            (["count", store, "Item", "--where", "color=red"], "no field 'color'"),
+            (["count", store, "Item", "--where", "wearCount~3"], "needs an operator"),
+            (["dump", store, "Nope"], "no record type 'Nope'"),
+            (["stat", dir.sub("missing")], "no store directory"),
+            (["load", store, "Item", dir.sub("missing.jsonl")], "cannot read"),
+        ]
+        for (args, mention) in cases {
+            let result = try StashCLI.run(args)
+            #expect(result.status != 0, "\(args) should fail")
+            let lines = result.stderr.split(separator: "\n")
+            #expect(lines.count == 1, "\(args): expected one line on stderr, got \(result.stderr)")
+            #expect(result.stderr.hasPrefix("stash: "), "\(args): \(result.stderr)")
+            #expect(result.stderr.contains(mention), "\(args): '\(result.stderr)' should mention \(mention)")
+        }
+        #expect(try StashCLI.run("dump", store).stdout == before)
+        #expect(try StashCLI.run("history", store).stdout == historyBefore)
+        #expect(!FileManager.default.fileExists(atPath: dir.sub("missing")), "a failed command must not create a store")
+    }
+
+    @Test func loadChecksEveryLineBeforeWriting() throws {
+        let dir = TemporaryDirectory()
+        let store = try StashCLI.makeStore(in: dir)
+        let homeID = RecordID().description
+        var lines = (0..<50).map { #"{"homeID": "\#(homeID)", "name": "item \#($0)", "wearCount": \#($0)}"# }
+        lines[37] = #"{"homeID": "\#(homeID)", "name": 5, "wearCount": 1}"#
+        let bad = try StashCLI.run("load", store, "Item", "-", stdin: lines.joined(separator: "\n"))
+        #expect(bad.status != 0)
+        #expect(bad.stderr.contains("line 38"))
+        #expect(try StashCLI.run("count", store, "Item").stdout == "0\n")
+        lines[37] = #"{"homeID": "\#(homeID)", "name": "item 37", "wearCount": 37}"#
+        let good = try StashCLI.run("load", store, "Item", "-", "--batch", "7", stdin: lines.joined(separator: "\n"))
+        #expect(good.status == 0, "\(good.stderr)")
+        #expect(good.stdout == "50\n")
+        #expect(try StashCLI.run("count", store, "Item", "--where", "homeID=\(homeID)").stdout == "50\n")
+        #expect(try StashCLI.run("history", store).stdout.split(separator: "\n").count == 8)  // ceil(50 / 7)
+    }
+
+    @Test func demoRunsTheWholeStory() throws {
+        let result = try StashCLI.run("demo")
+        #expect(result.status == 0, "\(result.stderr)")
+        #expect(result.stdout.contains("loaded 3 homes"))
+        #expect(result.stdout.contains("index homeID+category equality"))
+        #expect(result.stdout.contains("full scan"))
+        #expect(result.stdout.contains(": clean"))
+    }
+}
