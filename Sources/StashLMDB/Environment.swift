@@ -71,7 +71,8 @@ public final class Environment: @unchecked Sendable {
         do {
             try check(mdb_env_set_maxdbs(raw, MDB_dbi(configuration.maxDatabases)), "mdb_env_set_maxdbs", canonicalPath)
             try check(mdb_env_set_maxreaders(raw, UInt32(configuration.maxReaders)), "mdb_env_set_maxreaders", canonicalPath)
-            try check(mdb_env_set_mapsize(raw, configuration.initialMapSize), "mdb_env_set_mapsize", canonicalPath)
+            // No map size before open: LMDB then adopts the size recorded in an existing file
+            // (a size set here would win over it, shrinking a grown map to the data's size).
             let flags = UInt32(MDB_NOTLS) | configuration.durability.flags
             try check(mdb_env_open(raw, canonicalPath, flags, 0o644), "mdb_env_open", canonicalPath)
             // A store written earlier with a bigger map keeps it: adopt the larger of the two.
