@@ -40,6 +40,9 @@ enum MetaKey {
     static let siteID = Array("siteID".utf8)
     static let nextSequence = Array("nextSequence".utf8)
     static let created = Array("created".utf8)
+    static let purgedThrough = Array("historyPurgedThrough".utf8)
+    static let consumerPrefix = Array("historyConsumer:".utf8)
+    static func consumer(_ name: String) -> [UInt8] { consumerPrefix + Array(name.utf8) }
 }
 
 /// Little-endian fixed-width integers in values.

@@ -110,26 +110,47 @@ extension HistoryEntry {
 extension Store {
     /// The token of the newest committed entry (``HistoryToken/beginning`` when none).
     public func currentToken() throws -> HistoryToken {
-        try read { snapshot in
-            let next = LittleEndian.uint64(try snapshot.txn.get(dbs.meta, key: MetaKey.nextSequence)) ?? 1
-            return HistoryToken(sequence: next - 1)
-        }
+        try read { snapshot in try historyBounds(snapshot.txn).current }
+    }
+
+    /// The oldest token history can still be read after: everything up to it was purged.
+    public func oldestAvailableToken() throws -> HistoryToken {
+        try read { snapshot in try historyBounds(snapshot.txn).purgedThrough }
+    }
+
+    func historyBounds<T: TransactionReading>(_ txn: T) throws -> (current: HistoryToken, purgedThrough: HistoryToken) {
+        let next = LittleEndian.uint64(try txn.get(dbs.meta, key: MetaKey.nextSequence)) ?? 1
+        let purged = LittleEndian.uint64(try txn.get(dbs.meta, key: MetaKey.purgedThrough)) ?? 0
+        return (HistoryToken(sequence: next - 1), HistoryToken(sequence: purged))
     }
 
     /// Committed transactions after `token`, in commit order.
     /// - Parameters:
     ///   - types: only entries touching these types (and only their changes); nil for all.
     ///   - limit: at most this many entries.
+    /// - Throws: `.historyPurged` when entries after `token` were purged (the reader missed
+    ///   changes and must resynchronize from a full copy).
     /// Work is proportional to the entries read, not to the store size.
     public func history(after token: HistoryToken = .beginning, types: Set<String>? = nil, limit: Int? = nil) throws -> [HistoryEntry] {
+        try historyPage(after: token, types: types, limit: limit).entries
+    }
+
+    /// One page of history and how far it looked (past filtered-out entries), in one snapshot.
+    func historyPage(after token: HistoryToken, types: Set<String>?, limit: Int?) throws -> (entries: [HistoryEntry], scannedThrough: HistoryToken) {
         try read { snapshot in
+            let bounds = try historyBounds(snapshot.txn)
+            if token < bounds.purgedThrough {
+                throw StoreError(.historyPurged, "store \(path): history after \(token) is gone (purged through \(bounds.purgedThrough)); resynchronize from a full copy, then follow from \(bounds.current)")
+            }
             let catalog = try reloadCatalog(snapshot.txn)
             var entries: [HistoryEntry] = []
+            var scanned = token
             var start = KeyBytes()
             start.appendBigEndian(token.sequence &+ 1)
             try snapshot.txn.scan(dbs.history, from: .atOrAfter(start)) { key, value in
                 guard key.count == 8 else { return true }
                 let sequence = key.reduce(UInt64(0)) { $0 << 8 | UInt64($1) }
+                scanned = HistoryToken(sequence: sequence)
                 var entry = try HistoryEntry.decode(sequence: sequence, value, catalog: catalog)
                 if let types {
                     let kept = entry.changes.filter { types.contains($0.type) }
@@ -139,7 +160,87 @@ extension Store {
                 entries.append(entry)
                 return limit.map { entries.count < $0 } ?? true
             }
-            return entries
+            if limit.map({ entries.count < $0 }) ?? true { scanned = max(scanned, bounds.current) }
+            return (entries, scanned)
         }
+    }
+
+    // MARK: Consumers and purge
+
+    /// Registers `name` as a consumer that has read history up to `token`. Purge never removes
+    /// entries after a registered consumer's token (unless forced). Call again to move it.
+    public func registerHistoryConsumer(_ name: String, at token: HistoryToken) throws {
+        guard !name.isEmpty, name.utf8.count <= 200 else {
+            throw StoreError(.invalidValue, "store \(path): a history consumer name must be 1...200 bytes")
+        }
+        try write { tx in
+            try tx.context.txn.put(dbs.meta, key: MetaKey.consumer(name), value: LittleEndian.bytes(token.sequence))
+        }
+    }
+
+    /// Removes a consumer registration; returns false when there was none.
+    @discardableResult
+    public func removeHistoryConsumer(_ name: String) throws -> Bool {
+        try write { tx in try tx.context.txn.delete(dbs.meta, key: MetaKey.consumer(name)) }
+    }
+
+    /// Registered consumers and the token each has read up to.
+    public func historyConsumers() throws -> [String: HistoryToken] {
+        try read { snapshot in try consumers(snapshot.txn) }
+    }
+
+    func consumers<T: TransactionReading>(_ txn: T) throws -> [String: HistoryToken] {
+        var result: [String: HistoryToken] = [:]
+        try txn.scan(dbs.meta, prefix: MetaKey.consumerPrefix) { key, value in
+            let name = String(decoding: key.dropFirst(MetaKey.consumerPrefix.count), as: UTF8.self)
+            result[name] = HistoryToken(sequence: LittleEndian.uint64(value) ?? 0)
+            return true
+        }
+        return result
+    }
+
+    /// Removes every history entry that `token` covers (sequence ≤ `token.sequence`), in one
+    /// write transaction. Sequence numbers are never reused afterwards.
+    /// - Parameter force: purge even entries a registered consumer has not read; the report
+    ///   names those consumers (they will get `.historyPurged` and must resynchronize).
+    /// - Throws: `.historyNeeded` naming the consumer when it still needs the entries.
+    @discardableResult
+    public func purgeHistory(before token: HistoryToken, force: Bool = false) throws -> HistoryPurgeReport {
+        try write { tx in
+            let txn = tx.context.txn
+            let bounds = try historyBounds(txn)
+            let target = min(token, bounds.current)
+            let behind = try consumers(txn).filter { $0.value < target }.sorted { $0.key < $1.key }
+            if !force, let (name, consumer) = behind.first {
+                throw StoreError(.historyNeeded, "store \(path): consumer '\(name)' has read history only up to \(consumer); purging up to \(target) would lose entries it needs. Purge up to \(consumer) at most, move the consumer, or force")
+            }
+            var keys: [[UInt8]] = []
+            var end = KeyBytes()
+            end.appendBigEndian(target.sequence)
+            let last = end.bytes
+            try txn.scan(dbs.history, from: ScanStart<[UInt8]>.first) { key, _ in
+                guard !last.lexicographicallyPrecedes(key) else { return false }
+                keys.append(key)
+                return true
+            }
+            for key in keys { try txn.delete(dbs.history, key: key) }
+            let purged = max(bounds.purgedThrough, target)
+            try txn.put(dbs.meta, key: MetaKey.purgedThrough, value: LittleEndian.bytes(purged.sequence))
+            return HistoryPurgeReport(removedEntries: keys.count, purgedThrough: purged, overriddenConsumers: behind.map(\.key))
+        }
+    }
+}
+
+/// What ``Store/purgeHistory(before:force:)`` did.
+public struct HistoryPurgeReport: Sendable, CustomStringConvertible {
+    public let removedEntries: Int
+    /// History is now readable only after this token.
+    public let purgedThrough: HistoryToken
+    /// Consumers (forced purge) that lost entries they had not read.
+    public let overriddenConsumers: [String]
+
+    public var description: String {
+        "removed \(removedEntries) history entries; history now starts after \(purgedThrough)"
+            + (overriddenConsumers.isEmpty ? "" : "; consumers that must resynchronize: \(overriddenConsumers.joined(separator: ", "))")
     }
 }

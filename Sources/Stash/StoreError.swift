@@ -35,6 +35,10 @@ public struct StoreError: Error, CustomStringConvertible, Sendable {
         public static let notAStore = Code("notAStore")
         /// An index was asked for that the type does not declare.
         public static let noSuchIndex = Code("noSuchIndex")
+        /// History a registered consumer still needs would be purged.
+        public static let historyNeeded = Code("historyNeeded")
+        /// History after the requested token was purged: the reader must resynchronize.
+        public static let historyPurged = Code("historyPurged")
         /// LMDB failed; ``StoreError/underlying`` holds the ``LMDBError``.
         public static let storage = Code("storage")
     }

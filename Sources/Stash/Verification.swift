@@ -89,17 +89,45 @@ extension Store {
                 return true
             }
             for tag in strayTags.sorted() { report.problems.append("records under type tag \(tag), unknown to the schema") }
-            // History: well-formed entries, increasing sequence below the next number.
-            let next = LittleEndian.uint64(try txn.get(dbs.meta, key: MetaKey.nextSequence)) ?? 1
+            // History: well-formed entries below the next sequence number, and consistent with
+            // the data: replaying which records were last written or deleted must match what is
+            // stored, and with no purge yet, every stored record must appear in history.
+            let (current, purgedThrough) = try historyBounds(txn)
+            var lastWrite: [[UInt8]: (sequence: UInt64, deleted: Bool)] = [:]
             try txn.scan(dbs.history, from: ScanStart<[UInt8]>.first) { key, value in
                 report.historyEntriesChecked += 1
                 let sequence = key.count == 8 ? key.reduce(UInt64(0)) { $0 << 8 | UInt64($1) } : 0
-                if key.count != 8 || sequence == 0 || sequence >= next {
-                    report.problems.append("history entry with key \(key) outside 1..<\(next)")
-                } else if (try? HistoryEntry.decodeStored(value)) == nil {
+                guard key.count == 8, sequence > purgedThrough.sequence, sequence <= current.sequence else {
+                    report.problems.append("history entry with key \(key) outside \(purgedThrough.sequence + 1)...\(current.sequence)")
+                    return true
+                }
+                guard let entry = try? HistoryEntry.decodeStored(value) else {
                     report.problems.append("history entry \(sequence) cannot be decoded")
+                    return true
+                }
+                for change in entry.changes {
+                    lastWrite[StoreKeys.record(change.typeTag, change.id).bytes] = (sequence, change.operation == .delete)
                 }
                 return true
+            }
+            for (key, last) in lastWrite {
+                let stored = try txn.contains(dbs.records, key: key)
+                let name = catalog.layoutsByTag[UInt16(key[0]) << 8 | UInt16(key[1])]?.schema.name ?? "type#\(key[0])\(key[1])"
+                let id = StoreKeys.id(fromRecordKey: key).map(\.description) ?? "?"
+                if last.deleted && stored {
+                    report.problems.append("\(name) \(id): deleted by history entry \(last.sequence) but still stored")
+                } else if !last.deleted && !stored {
+                    report.problems.append("\(name) \(id): written by history entry \(last.sequence) but not stored")
+                }
+            }
+            if purgedThrough == .beginning {
+                try txn.scan(dbs.records, from: ScanStart<[UInt8]>.first) { key, _ in
+                    if lastWrite[key] == nil {
+                        let name = key.count >= 2 ? catalog.layoutsByTag[UInt16(key[0]) << 8 | UInt16(key[1])]?.schema.name ?? "?" : "?"
+                        report.problems.append("\(name) \(StoreKeys.id(fromRecordKey: key).map(\.description) ?? "?"): stored but absent from history")
+                    }
+                    return true
+                }
             }
             return report
         }

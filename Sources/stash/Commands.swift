@@ -284,19 +284,39 @@ struct Verify: ParsableCommand {
     }
 }
 
-struct History: ParsableCommand {
-    static let configuration = CommandConfiguration(abstract: "Print committed transactions as JSON lines.")
+struct History: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Print committed transactions as JSON lines.",
+        discussion: "With --follow, keeps printing new commits (from any process) until interrupted.")
     @Argument(help: "The store directory.") var directory: String
-    @Option(help: "Only entries after this sequence number.") var after: UInt64 = 0
+    @Option(help: "Only entries after this sequence number (default: the oldest kept).") var after: UInt64?
     @Option(name: .customLong("type"), help: "Only changes of this type (repeatable).") var types: [String] = []
     @Option(help: "At most this many entries.") var limit: Int?
+    @Flag(help: "Keep printing new commits until interrupted.") var follow = false
 
-    func run() throws {
-        try runCommand {
+    func run() async throws {
+        do {
             let store = try openExisting(directory)
-            for entry in try store.history(after: HistoryToken(sequence: after), types: types.isEmpty ? nil : Set(types), limit: limit) {
+            let start = try after.map { HistoryToken(sequence: $0) } ?? store.oldestAvailableToken()
+            let filter = types.isEmpty ? nil : Set(types)
+            var printed = 0
+            var token = start
+            for entry in try store.history(after: start, types: filter, limit: limit) {
                 printLine(historyJSON(entry).text)
+                printed += 1
+                token = entry.token
             }
+            guard follow else { return }
+            if limit == nil { token = max(token, try store.currentToken()) }
+            for try await entry in store.changes(of: filter, after: token) {
+                if let limit, printed >= limit { return }
+                printLine(historyJSON(entry).text)
+                printed += 1
+            }
+        } catch let error as StoreError {
+            fail(error.message)
+        } catch {
+            fail("\(error)")
         }
     }
 }

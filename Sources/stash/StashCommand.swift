@@ -3,7 +3,7 @@ import Foundation
 import Stash
 
 @main
-struct StashCommand: ParsableCommand {
+struct StashCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "stash",
         abstract: "Inspect and edit Stash stores (typed records on LMDB).",
