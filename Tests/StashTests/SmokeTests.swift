@@ -1,0 +1,29 @@
+import Foundation
+import Stash
+import Testing
+
+@Suite struct SmokeTests {
+    @Test func insertGetCountFetch() throws {
+        let dir = TemporaryDirectory()
+        let store = try Store.open(at: dir.path, types: [Home.self, Item.self])
+        let home = Home(name: "Flat")
+        try store.insert(home)
+        for i in 0..<20 {
+            try store.insert(Item(homeID: home.id, name: "item \(i)", category: i % 2 == 0 ? "a" : "b", wearCount: i, price: Double(i) * 1.5))
+        }
+        #expect(try store.get(Home.self, id: home.id) == home)
+        #expect(try store.count(Item.self) == 20)
+        #expect(try store.count(Item.self, where: \.homeID, equals: home.id) == 20)
+        let handle = try store.index(\Item.homeID)
+        #expect(try store.count(handle, equals: home.id) == 20)
+        let hid = home.id
+        let d = FetchDescriptor<Item>(predicate: #Predicate { $0.homeID == hid && $0.wearCount >= 10 }, sortBy: [SortDescriptor(\.wearCount, order: .reverse)])
+        let items = try store.fetch(d)
+        #expect(items.count == 10)
+        #expect(items.first?.wearCount == 19)
+        print(try store.explain(d))
+        let report = try store.verify()
+        #expect(report.isClean, "\(report)")
+        print(try store.history().count)
+    }
+}
