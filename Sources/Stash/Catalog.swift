@@ -40,6 +40,7 @@ enum MetaKey {
     static let siteID = Array("siteID".utf8)
     static let nextSequence = Array("nextSequence".utf8)
     static let created = Array("created".utf8)
+    static let clock = Array("clock".utf8)
     static let purgedThrough = Array("historyPurgedThrough".utf8)
     static let consumerPrefix = Array("historyConsumer:".utf8)
     static func consumer(_ name: String) -> [UInt8] { consumerPrefix + Array(name.utf8) }
@@ -65,6 +66,7 @@ struct StoreDatabases: Sendable {
     let counts: Database
     let history: Database
     let meta: Database
+    let versions: Database
 
     static let specs: [DatabaseSpec] = [
         DatabaseSpec("records"),
@@ -72,6 +74,7 @@ struct StoreDatabases: Sendable {
         DatabaseSpec("counts"),
         DatabaseSpec("history"),
         DatabaseSpec("meta"),
+        DatabaseSpec("versions"),
     ]
 
     init(_ env: Environment) throws(LMDBError) {
@@ -80,5 +83,6 @@ struct StoreDatabases: Sendable {
         counts = try env.database("counts")
         history = try env.database("history")
         meta = try env.database("meta")
+        versions = try env.database("versions")
     }
 }

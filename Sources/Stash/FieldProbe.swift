@@ -24,9 +24,9 @@ final class ProbeDecoder: Decoder {
     var userInfo: [CodingUserInfoKey: Any] { [:] }
     var fields: [FieldDeclaration] = []
 
-    func record(_ name: String, _ kind: FieldKind, optional: Bool) {
+    func record(_ name: String, _ kind: FieldKind, optional: Bool, counter: Bool = false) {
         if !fields.contains(where: { $0.name == name }) {
-            fields.append(FieldDeclaration(name: name, kind: kind, optional: optional))
+            fields.append(FieldDeclaration(name: name, kind: kind, optional: optional, counter: counter))
         }
     }
 
@@ -48,13 +48,13 @@ struct ProbeKeyedDecoder<Key: CodingKey>: KeyedDecodingContainerProtocol {
 
     func decode<T: Decodable>(_ type: T.Type, forKey key: Key) throws -> T {
         let (value, kind) = try PlaceholderValue.make(type)
-        probe.record(key.stringValue, kind, optional: false)
+        probe.record(key.stringValue, kind, optional: false, counter: T.self == Counter.self)
         return value
     }
 
     func decodeIfPresent<T: Decodable>(_ type: T.Type, forKey key: Key) throws -> T? {
         let (_, kind) = try PlaceholderValue.make(type)
-        probe.record(key.stringValue, kind, optional: true)
+        probe.record(key.stringValue, kind, optional: true, counter: T.self == Counter.self)
         return nil
     }
     func decodeIfPresent(_ type: Bool.Type, forKey key: Key) throws -> Bool? { try optional(type, key) }

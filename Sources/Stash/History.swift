@@ -44,13 +44,17 @@ public struct HistoryChange: Sendable, Equatable {
     public let operation: Operation
     /// Names of the fields written (all fields for an insert, none for a delete).
     public let fields: [String]
+    /// The site this change came from: the writing store for local writes, the delta's
+    /// source for replicated ones (so it is never shipped back there).
+    public let origin: RecordID
 
-    /// The stored form: tags instead of names.
+    /// The stored form: tags instead of names; origin only when it differs from the entry's.
     struct Stored {
         let typeTag: UInt16
         let id: RecordID
         let operation: Operation
         let fieldTags: [UInt16]
+        var origin: RecordID? = nil
     }
 }
 
@@ -69,7 +73,8 @@ extension HistoryEntry {
             w.bytes.append(UInt8(change.typeTag >> 8))
             w.bytes.append(UInt8(change.typeTag & 0xFF))
             w.bytes.append(contentsOf: change.id.bytes)
-            w.bytes.append(change.operation.rawValue)
+            w.bytes.append(change.operation.rawValue | (change.origin == nil ? 0 : 0x80))
+            if let origin = change.origin { w.bytes.append(contentsOf: origin.bytes) }
             w.varint(UInt64(change.fieldTags.count))
             for tag in change.fieldTags { w.varint(UInt64(tag)) }
         }
@@ -87,11 +92,13 @@ extension HistoryEntry {
         for _ in 0..<count {
             let hi = try r.byte(), lo = try r.byte()
             guard let id = RecordID(bytes: try r.take(16)) else { throw RecordFormatError(reason: "bad id") }
-            guard let op = HistoryChange.Operation(rawValue: try r.byte()) else { throw RecordFormatError(reason: "bad operation") }
+            let opByte = try r.byte()
+            guard let op = HistoryChange.Operation(rawValue: opByte & 0x7F) else { throw RecordFormatError(reason: "bad operation") }
+            let changeOrigin = opByte & 0x80 != 0 ? RecordID(bytes: try r.take(16)) : nil
             let n = try r.varint()
             var tags: [UInt16] = []
             for _ in 0..<n { tags.append(UInt16(truncatingIfNeeded: try r.varint())) }
-            changes.append(.init(typeTag: UInt16(hi) << 8 | UInt16(lo), id: id, operation: op, fieldTags: tags))
+            changes.append(.init(typeTag: UInt16(hi) << 8 | UInt16(lo), id: id, operation: op, fieldTags: tags, origin: changeOrigin))
         }
         return (timestamp, origin, author.isEmpty ? nil : author, changes)
     }
@@ -101,7 +108,8 @@ extension HistoryEntry {
         let changes = stored.changes.map { change -> HistoryChange in
             let type = catalog.layoutsByTag[change.typeTag]?.schema
             return HistoryChange(type: type?.name ?? "#\(change.typeTag)", id: change.id, operation: change.operation,
-                                 fields: change.fieldTags.map { tag in type?.field(tagged: tag)?.name ?? "#\(tag)" })
+                                 fields: change.fieldTags.map { tag in type?.field(tagged: tag)?.name ?? "#\(tag)" },
+                                 origin: change.origin ?? stored.origin)
         }
         return HistoryEntry(sequence: sequence, timestamp: stored.timestamp, origin: stored.origin, author: stored.author, changes: changes)
     }

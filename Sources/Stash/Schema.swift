@@ -51,6 +51,8 @@ public struct FieldSchema: Codable, Sendable, Equatable {
     public var optional: Bool
     /// The value read for records stored before the field existed.
     public var defaultValue: FieldValue?
+    /// A ``Counter`` field: replicas merge it by per-site totals instead of last-writer-wins.
+    public var counter: Bool?
 }
 
 /// One secondary index of a stored type: the fields it orders by, and whether it is unique.
@@ -112,18 +114,33 @@ public struct FieldDeclaration: Codable, Sendable, Equatable {
     public var name: String
     public var kind: FieldKind
     public var optional: Bool
+    /// A ``Counter`` (kind `map`) that replicas merge by per-site totals. In a schema file,
+    /// `"kind": "counter"` declares one.
+    public var counter: Bool
 
-    public init(name: String, kind: FieldKind, optional: Bool = false) {
+    public init(name: String, kind: FieldKind, optional: Bool = false, counter: Bool = false) {
         self.name = name
         self.kind = kind
         self.optional = optional
+        self.counter = counter
     }
 
-    enum CodingKeys: String, CodingKey { case name, kind, optional }
+    enum CodingKeys: String, CodingKey { case name, kind, optional, counter }
     public init(from decoder: any Decoder) throws {
         let c = try decoder.container(keyedBy: CodingKeys.self)
         name = try c.decode(String.self, forKey: .name)
-        kind = try c.decode(FieldKind.self, forKey: .kind)
+        let kindName = try c.decode(String.self, forKey: .kind)
+        if kindName == "counter" {
+            kind = .map
+            counter = true
+        } else {
+            guard let parsed = FieldKind(rawValue: kindName) else {
+                throw DecodingError.dataCorruptedError(forKey: .kind, in: c, debugDescription:
+                    "unknown kind '\(kindName)' for field '\(name)' (kinds: \(FieldKind.allCases.map(\.rawValue).joined(separator: ", ")), counter)")
+            }
+            kind = parsed
+            counter = try c.decodeIfPresent(Bool.self, forKey: .counter) ?? false
+        }
         optional = try c.decodeIfPresent(Bool.self, forKey: .optional) ?? false
     }
 }

@@ -35,7 +35,7 @@ struct SchemaMerger {
         let generation = LittleEndian.uint64(try txn.get(dbs.meta, key: MetaKey.schemaGeneration)) ?? 0
         let stored = try Self.loadSchema(txn, dbs, path) ?? StoreSchema()
         let context = WriteContext(path: path, txn: txn, dbs: dbs, catalog: Catalog(schema: stored, generation: generation),
-                                   siteID: siteID, author: "migration")
+                                   siteID: siteID, author: "migration", now: options.clock)
         if try txn.get(dbs.meta, key: MetaKey.schema) == nil {
             // A new store: persist the (empty) schema so generic tools see a valid store.
             try Self.saveSchema(stored, generation: generation, txn, dbs)
@@ -123,12 +123,14 @@ struct SchemaMerger {
                     }
                     schema.types[t].fields[f].kind = field.kind
                     schema.types[t].fields[f].optional = field.optional
+                    schema.types[t].fields[f].counter = field.counter ? true : nil
                 } else {
                     if !field.optional && storedCount > 0 && declaration.defaults[field.name] == nil {
                         throw StoreError(.incompatibleSchema, "store \(path): \(name).\(field.name) is new and not optional, but \(storedCount) stored \(name) records lack it; make it optional or set \(name).fieldDefaults[\"\(field.name)\"]")
                     }
                     let tag = schema.types[t].nextFieldTag
-                    schema.types[t].fields.append(FieldSchema(name: field.name, tag: tag, kind: field.kind, optional: field.optional))
+                    schema.types[t].fields.append(FieldSchema(name: field.name, tag: tag, kind: field.kind, optional: field.optional,
+                                                              counter: field.counter ? true : nil))
                 }
             }
             for (fieldName, value) in declaration.defaults {

@@ -17,6 +17,9 @@ public struct StoreOptions: Sendable {
     /// When false, opening a directory that holds no store throws ``StoreError/Code/notAStore``
     /// instead of creating one (what a command-line tool wants).
     public var createIfMissing = true
+    /// The wall clock for version timestamps (hybrid logical clock). Tests inject one to
+    /// simulate skewed devices. Default: the system clock.
+    public var clock: @Sendable () -> Date = { Date() }
 
     public init() {}
 }
@@ -61,6 +64,8 @@ public final class Store: Sendable {
     public let storeID: RecordID
     /// This replica's site id, made once at creation (history records it as the origin).
     public let siteID: RecordID
+    /// The wall clock used for versions.
+    let now: @Sendable () -> Date
 
     var catalog: Catalog { catalogBox.withLock { $0 } }
 
@@ -114,10 +119,11 @@ public final class Store: Sendable {
                 try SchemaMerger(path: env.path, txn: txn, dbs: dbs, options: options).run(declaration)
             }
         }
-        return Store(path: env.path, env: env, dbs: dbs, opened: opened)
+        return Store(path: env.path, env: env, dbs: dbs, opened: opened, now: options.clock)
     }
 
-    private init(path: String, env: Environment, dbs: StoreDatabases, opened: SchemaMerger.Result) {
+    private init(path: String, env: Environment, dbs: StoreDatabases, opened: SchemaMerger.Result, now: @escaping @Sendable () -> Date) {
+        self.now = now
         self.path = path
         self.env = env
         self.dbs = dbs

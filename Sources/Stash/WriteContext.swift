@@ -21,19 +21,55 @@ final class WriteContext: FieldTagResolver {
     private var encodingType = ""
     private var countDeltas: [UInt16: Int] = [:]
     private var changes: [HistoryChange.Stored] = []
+    let now: @Sendable () -> Date
+    /// The hybrid logical clock: the highest clock used or observed, persisted at commit.
+    private var lastClock: UInt64?
+    private var localVersion: Version?
 
-    init(path: String, txn: WriteTransaction, dbs: StoreDatabases, catalog: Catalog, siteID: RecordID, author: String?) {
+    init(path: String, txn: WriteTransaction, dbs: StoreDatabases, catalog: Catalog, siteID: RecordID, author: String?,
+         now: @escaping @Sendable () -> Date) {
         self.path = path
         self.txn = txn
         self.dbs = dbs
         self.catalog = catalog
         self.siteID = siteID
         self.author = author
+        self.now = now
     }
 
     convenience init(store: Store, txn: WriteTransaction, author: String?) throws {
         self.init(path: store.path, txn: txn, dbs: store.dbs, catalog: try store.reloadCatalog(txn),
-                  siteID: store.siteID, author: author)
+                  siteID: store.siteID, author: author, now: store.now)
+    }
+
+    // MARK: Clock
+
+    private func storedClock() throws -> UInt64 {
+        if let lastClock { return lastClock }
+        let stored = LittleEndian.uint64(try txn.get(dbs.meta, key: MetaKey.clock)) ?? 0
+        lastClock = stored
+        return stored
+    }
+
+    /// The version of this transaction's local writes: newer than every clock this store has
+    /// used or observed (hybrid logical clock), shared by all writes until a newer observation.
+    func writeVersion() throws -> Version {
+        let last = try storedClock()
+        if let localVersion, localVersion.clock >= last { return localVersion }
+        let clock = max(clockReading(now()), last + 1)
+        lastClock = clock
+        let version = Version(clock: clock, site: siteID)
+        localVersion = version
+        return version
+    }
+
+    /// A remote version, capped to local wall time + ``maximumClockSkew``, and observed by
+    /// the clock so that later local writes are newer.
+    func observe(_ version: Version) throws -> Version {
+        let cap = clockReading(now().addingTimeInterval(maximumClockSkew))
+        let capped = version.clock > cap ? Version(clock: cap, site: version.site) : version
+        if capped.clock > (try storedClock()) { lastClock = capped.clock }
+        return capped
     }
 
     /// The new catalog when this transaction changed the schema.
@@ -97,10 +133,20 @@ final class WriteContext: FieldTagResolver {
 
     // MARK: Record writes
 
-    /// Writes one record with its index entries, count and history change.
-    /// - Returns: false when the stored bytes were already identical (nothing written).
+    func versions(_ layout: TypeLayout, _ id: RecordID) throws -> RecordVersions? {
+        guard let bytes = try txn.get(dbs.versions, key: StoreKeys.record(layout.schema.tag, id)) else { return nil }
+        do { return try RecordVersions(decoding: bytes) }
+        catch { throw StoreError(.corrupted, "store \(path): versions of \(layout.schema.name) \(id) cannot be decoded: \(error)") }
+    }
+
+    /// Writes one record with its index entries, count, versions and history change.
+    ///
+    /// Local writes pass no `versions`: the fields that changed get this transaction's
+    /// version. A merge passes the merged versions and the origin of the change.
+    /// - Returns: false when nothing changed (same bytes and versions).
     @discardableResult
-    func put(_ layout: TypeLayout, id: RecordID, bytes: [UInt8], mode: WriteMode) throws -> Bool {
+    func put(_ layout: TypeLayout, id: RecordID, bytes: [UInt8], mode: WriteMode,
+             versions merged: RecordVersions? = nil, origin: RecordID? = nil) throws -> Bool {
         let type = layout.schema
         let key = StoreKeys.record(type.tag, id)
         let oldBytes = try txn.get(dbs.records, key: key)
@@ -111,35 +157,62 @@ final class WriteContext: FieldTagResolver {
             throw StoreError(.notFound, "store \(path): no \(type.name) with id \(id) to update")
         default: break
         }
-        if oldBytes == bytes { return false }
+        let oldVersions = try versions(layout, id)
+        if oldBytes == bytes && (merged == nil || merged == oldVersions) { return false }
         let new = try decodeStored(bytes, type.name, id)
         let old = try oldBytes.map { try decodeStored($0, type.name, id) }
         let idBytes = id.bytes
+        // Check every unique index before changing anything, so a refused write (or a
+        // merge that settles a clash differently) leaves no partial index change behind.
+        var keyChanges: [(old: KeyBytes?, new: KeyBytes)] = []
         for index in type.indexes {
             let newKey = try indexKey(index, layout, new)
             let oldKey = try old.map { try indexKey(index, layout, $0) }
             if let oldKey, oldKey == newKey, !newKey.isLossy { continue }
-            if let oldKey { try txn.delete(dbs.index, key: oldKey, value: idBytes) }
-            if index.unique { try checkUnique(index, layout, newKey, new, id) }
-            try txn.put(dbs.index, key: newKey, value: idBytes)
+            if index.unique {
+                do { try checkUnique(index, layout, newKey, new, id) }
+                catch let clash as UniqueClash where merged == nil { throw clash.error }
+            }
+            keyChanges.append((oldKey, newKey))
+        }
+        for change in keyChanges {
+            if let oldKey = change.old { try txn.delete(dbs.index, key: oldKey, value: idBytes) }
+            try txn.put(dbs.index, key: change.new, value: idBytes)
         }
         try txn.put(dbs.records, key: key, value: bytes)
+        var tags: [UInt16] = []
         if let old {
-            var tags: [UInt16] = []
             for field in new.fields where old.rawValue(of: field.tag) != new.bytes[field.range] { tags.append(field.tag) }
             for field in old.fields where new.range(of: field.tag) == nil { tags.append(field.tag) }
-            changes.append(.init(typeTag: type.tag, id: id, operation: .update, fieldTags: tags))
         } else {
             countDeltas[type.tag, default: 0] += 1
-            changes.append(.init(typeTag: type.tag, id: id, operation: .insert, fieldTags: new.fields.map(\.tag)))
+            tags = new.fields.map(\.tag)
         }
+        var versions: RecordVersions
+        if let merged {
+            versions = merged
+        } else {
+            let version = try writeVersion()
+            versions = oldVersions ?? RecordVersions(incarnation: nil, tombstone: nil, fields: [:])
+            if old == nil {
+                versions.incarnation = version
+                versions.fields = [:]
+            }
+            for tag in tags { versions.fields[tag] = version }
+        }
+        if merged != nil, tags.isEmpty, let oldVersions {
+            tags = versions.fields.filter { oldVersions.fields[$0.key] != $0.value }.map(\.key)
+        }
+        try txn.put(dbs.versions, key: key, value: versions.encoded())
+        changes.append(.init(typeTag: type.tag, id: id, operation: old == nil ? .insert : .update, fieldTags: tags, origin: origin))
         return true
     }
 
-    /// Deletes one record with its index entries, count and history change.
+    /// Deletes one record with its index entries and count, leaves a tombstone in its
+    /// versions, and records the history change.
     /// - Returns: false when there was no such record.
     @discardableResult
-    func remove(_ layout: TypeLayout, id: RecordID) throws -> Bool {
+    func remove(_ layout: TypeLayout, id: RecordID, versions merged: RecordVersions? = nil, origin: RecordID? = nil) throws -> Bool {
         let type = layout.schema
         let key = StoreKeys.record(type.tag, id)
         guard let oldBytes = try txn.get(dbs.records, key: key) else { return false }
@@ -149,9 +222,80 @@ final class WriteContext: FieldTagResolver {
             try txn.delete(dbs.index, key: try indexKey(index, layout, old), value: idBytes)
         }
         try txn.delete(dbs.records, key: key)
+        var versions = try merged ?? versions(layout, id) ?? RecordVersions(incarnation: nil, tombstone: nil, fields: [:])
+        if merged == nil {
+            versions.tombstone = try writeVersion()
+            versions.fields = [:]
+        }
+        try txn.put(dbs.versions, key: key, value: versions.encoded())
         countDeltas[type.tag, default: 0] -= 1
-        changes.append(.init(typeTag: type.tag, id: id, operation: .delete, fieldTags: []))
+        changes.append(.init(typeTag: type.tag, id: id, operation: .delete, fieldTags: [], origin: origin))
         return true
+    }
+
+    // MARK: Replication
+
+    /// The replicated state of a record as stored here.
+    func state(_ layout: TypeLayout, _ id: RecordID) throws -> RecordState {
+        try loadRecordState(txn, dbs, layout, id, site: siteID, path: path)
+    }
+
+    /// Merges a remote state into the stored one (see ``RecordState/merged(with:counters:)``)
+    /// and writes the result with its versions; the history change carries `origin`.
+    ///
+    /// A unique-index clash with another record is settled the same way on every replica:
+    /// the record with the smaller id stays, the other is deleted.
+    /// - Returns: false when the remote state changed nothing here.
+    @discardableResult
+    func merge(_ remote: RecordState, origin: RecordID) throws -> Bool {
+        let layout = try self.layout(remote.type)
+        var capped = remote
+        capped.incarnation = try remote.incarnation.map(observe)
+        capped.tombstone = try remote.tombstone.map(observe)
+        for (name, field) in remote.fields { capped.fields[name]?.version = try observe(field.version) }
+        let local = try state(layout, remote.id)
+        let counters = Set(layout.schema.fields.filter { $0.counter == true }.map(\.name))
+        let merged = local.merged(with: capped, counters: counters)
+        if merged == local { return false }
+        return try write(merged, layout, origin: origin)
+    }
+
+    private func write(_ state: RecordState, _ layout: TypeLayout, origin: RecordID) throws -> Bool {
+        encodingType = layout.schema.name
+        var fieldVersions: [UInt16: Version] = [:]
+        var values: [String: FieldValue] = [:]
+        for (name, field) in state.fields {
+            let tag = try tag(for: name, kind: field.value.kind)
+            fieldVersions[tag] = field.version
+            values[name] = field.value
+        }
+        let layout = try self.layout(layout.schema.name)
+        let versions = RecordVersions(incarnation: state.incarnation, tombstone: state.tombstone, fields: fieldVersions)
+        guard state.exists else {
+            if try remove(layout, id: state.id, versions: versions, origin: origin) { return true }
+            // Never seen here: keep the tombstone so the delete wins later and travels on.
+            try txn.put(dbs.versions, key: StoreKeys.record(layout.schema.tag, state.id), value: versions.encoded())
+            changes.append(.init(typeTag: layout.schema.tag, id: state.id, operation: .delete, fieldTags: [], origin: origin))
+            return true
+        }
+        let bytes = try RecordEncoder.encode(fields: values, resolver: self)
+        do {
+            return try put(layout, id: state.id, bytes: bytes, mode: .upsert, versions: versions, origin: origin)
+        } catch let clash as UniqueClash {
+            // The same logical record created on two replicas: keep the smaller id.
+            if clash.other < state.id {
+                var lost = versions
+                lost.tombstone = try writeVersion()
+                lost.fields = [:]
+                if try !remove(layout, id: state.id, versions: lost) {
+                    try txn.put(dbs.versions, key: StoreKeys.record(layout.schema.tag, state.id), value: lost.encoded())
+                    changes.append(.init(typeTag: layout.schema.tag, id: state.id, operation: .delete, fieldTags: [], origin: nil))
+                }
+                return true
+            }
+            try remove(layout, id: clash.other)
+            return try put(layout, id: state.id, bytes: bytes, mode: .upsert, versions: versions, origin: origin)
+        }
     }
 
     /// The stored count plus this transaction's pending changes.
@@ -163,7 +307,10 @@ final class WriteContext: FieldTagResolver {
     /// Adds the index entry of a stored record (index backfill), checking uniqueness.
     func addIndexEntry(_ index: IndexSchema, _ layout: TypeLayout, _ record: EncodedRecord, id: RecordID) throws {
         let key = try indexKey(index, layout, record)
-        if index.unique { try checkUnique(index, layout, key, record, id) }
+        if index.unique {
+            do { try checkUnique(index, layout, key, record, id) }
+            catch let clash as UniqueClash { throw clash.error }
+        }
         try txn.put(dbs.index, key: key, value: id.bytes)
     }
 
@@ -186,7 +333,7 @@ final class WriteContext: FieldTagResolver {
         }
         if let conflict {
             let values = try index.fields.map { "\($0) = \(try fieldValue($0, layout, new).json.text)" }.joined(separator: ", ")
-            throw StoreError(.uniqueViolation, "store \(path): \(layout.schema.name) \(conflict) already has \(values) (unique index \(index.name)); update that record instead")
+            throw UniqueClash(other: conflict, error: StoreError(.uniqueViolation, "store \(path): \(layout.schema.name) \(conflict) already has \(values) (unique index \(index.name)); update that record instead"))
         }
     }
 
@@ -205,6 +352,9 @@ final class WriteContext: FieldTagResolver {
             try txn.put(dbs.counts, key: key, value: LittleEndian.bytes(UInt64(max(0, stored + delta))))
         }
         countDeltas.removeAll()
+        if let lastClock {
+            try txn.put(dbs.meta, key: MetaKey.clock, value: LittleEndian.bytes(lastClock))
+        }
         if schemaChanged {
             try SchemaMerger.saveSchema(catalog.schema, generation: catalog.generation, txn, dbs)
         }
@@ -235,4 +385,11 @@ func indexKey(_ index: IndexSchema, _ layout: TypeLayout, _ record: EncodedRecor
         try fieldValue(name, layout, record).appendIndexComponent(to: &key)
     }
     return key
+}
+
+/// A unique index already holds the value for another record. Local writes see it as the
+/// ``StoreError`` it carries; merges settle it deterministically.
+struct UniqueClash: Error {
+    let other: RecordID
+    let error: StoreError
 }

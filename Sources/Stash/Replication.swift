@@ -1,0 +1,242 @@
+import Foundation
+import StashLMDB
+
+/// The version of a write: a hybrid-logical-clock reading and the site that made it.
+/// Versions are totally ordered (clock, then site), so every replica resolves a conflict the
+/// same way.
+public struct Version: Comparable, Hashable, Sendable, CustomStringConvertible {
+    /// Milliseconds since 1970 in the high 48 bits, a logical counter in the low 16.
+    public let clock: UInt64
+    public let site: RecordID
+
+    public init(clock: UInt64, site: RecordID) {
+        self.clock = clock
+        self.site = site
+    }
+
+    public static func < (lhs: Version, rhs: Version) -> Bool {
+        (lhs.clock, lhs.site) < (rhs.clock, rhs.site)
+    }
+
+    /// The wall-clock part.
+    public var date: Date { Date(timeIntervalSince1970: Double(clock >> 16) / 1000) }
+
+    public var description: String { "\(clock >> 16).\(clock & 0xFFFF)@\(site.description.prefix(8))" }
+}
+
+/// A hybrid logical clock reading for `date` with logical part 0.
+func clockReading(_ date: Date) -> UInt64 {
+    UInt64(max(0, date.timeIntervalSince1970 * 1000)) << 16
+}
+
+/// How far ahead of local wall time a remote clock is believed (2 minutes); later remote
+/// versions are capped, so a device with a wrong clock cannot win conflicts for long.
+public let maximumClockSkew: TimeInterval = 120
+
+/// A counter that merges across replicas without losing or double-counting changes: each
+/// site keeps its own running totals of increments and decrements (a PN-counter), and a merge
+/// takes the larger total per site. Use it for credits and other balances.
+///
+/// ```swift
+/// struct Wallet: Record { var id = RecordID(); var credits = Counter() }
+/// try store.write { tx in
+///     try tx.update(Wallet.self, id: walletID) { $0.credits.add(-1, site: tx.siteID) }
+/// }
+/// ```
+public struct Counter: Codable, Sendable, Hashable, CustomStringConvertible {
+    /// Per site (id text): total increments and total decrements, both only ever growing.
+    public private(set) var sites: [String: Totals]
+
+    public struct Totals: Codable, Sendable, Hashable {
+        public var increments: Int64
+        public var decrements: Int64
+    }
+
+    public init() { sites = [:] }
+
+    /// The sum of every site's increments minus decrements.
+    public var value: Int64 { sites.values.reduce(0) { $0 + $1.increments - $1.decrements } }
+
+    /// Adds `amount` (negative to subtract) on behalf of `site` (the writing store's site id).
+    public mutating func add(_ amount: Int64, site: RecordID) {
+        var totals = sites[site.description] ?? Totals(increments: 0, decrements: 0)
+        if amount >= 0 { totals.increments += amount } else { totals.decrements += -amount }
+        sites[site.description] = totals
+    }
+
+    /// The join of two counters: per site, the larger totals.
+    public func merged(with other: Counter) -> Counter {
+        var result = self
+        for (site, theirs) in other.sites {
+            let mine = result.sites[site] ?? Totals(increments: 0, decrements: 0)
+            result.sites[site] = Totals(increments: max(mine.increments, theirs.increments),
+                                        decrements: max(mine.decrements, theirs.decrements))
+        }
+        return result
+    }
+
+    public var description: String { "\(value)" }
+}
+
+/// The replicated state of one record: its field values with their versions, the version
+/// of the insert that created this incarnation, and the newest delete seen for its id.
+///
+/// `merged(with:)` is a join (commutative, associative, idempotent), which is why replicas
+/// that exchange states in any order, with duplicates, converge:
+/// - fields of the same incarnation: the higher version wins per field (counters merge);
+/// - a delete removes every incarnation inserted before it, whatever edits they received
+///   later (a delete is never undone by a concurrent or later edit);
+/// - an insert with a version newer than the delete (a re-insert of the same id) starts a new
+///   incarnation whose fields replace the old ones.
+public struct RecordState: Sendable, Equatable {
+    public var type: String
+    public var id: RecordID
+    /// The insert that created the current incarnation (nil: only a delete is known).
+    public var incarnation: Version?
+    /// The newest delete of this id.
+    public var tombstone: Version?
+    public var fields: [String: FieldState]
+
+    public init(type: String, id: RecordID, incarnation: Version?, tombstone: Version?, fields: [String: FieldState]) {
+        self.type = type
+        self.id = id
+        self.incarnation = incarnation
+        self.tombstone = tombstone
+        self.fields = fields
+    }
+
+    /// True when the record exists in this state.
+    public var exists: Bool {
+        guard let incarnation else { return false }
+        return tombstone.map { incarnation > $0 } ?? true
+    }
+
+    /// The newest version anywhere in the state.
+    public var latestVersion: Version? {
+        ([incarnation, tombstone].compactMap { $0 } + fields.values.map(\.version)).max()
+    }
+
+    /// The join of two states of the same record; `counters` names counter fields.
+    public func merged(with other: RecordState, counters: Set<String>) -> RecordState {
+        var result = self
+        result.tombstone = [tombstone, other.tombstone].compactMap { $0 }.max()
+        switch (incarnation, other.incarnation) {
+        case (nil, _):
+            result.incarnation = other.incarnation
+            result.fields = other.fields
+        case (_, nil):
+            break
+        case (let mine?, let theirs?) where mine == theirs:
+            for (name, theirField) in other.fields {
+                guard let myField = result.fields[name] else {
+                    result.fields[name] = theirField
+                    continue
+                }
+                if counters.contains(name), let merged = mergeCounters(myField, theirField) {
+                    result.fields[name] = merged
+                } else if theirField.version > myField.version {
+                    result.fields[name] = theirField
+                }
+            }
+        case (let mine?, let theirs?):
+            if theirs > mine {
+                result.incarnation = theirs
+                result.fields = other.fields
+            }
+        }
+        if !result.exists { result.fields = [:] }
+        return result
+    }
+
+    private func mergeCounters(_ a: FieldState, _ b: FieldState) -> FieldState? {
+        guard let x = try? TreeDecoder.decode(Counter.self, from: a.value),
+              let y = try? TreeDecoder.decode(Counter.self, from: b.value),
+              let value = try? FieldValue(encoding: x.merged(with: y)) else { return nil }
+        return FieldState(value: value, version: max(a.version, b.version))
+    }
+}
+
+/// One field's value and the version of the write that set it.
+public struct FieldState: Sendable, Equatable {
+    public var value: FieldValue
+    public var version: Version
+    public init(value: FieldValue, version: Version) {
+        self.value = value
+        self.version = version
+    }
+}
+
+/// The stored versions of one record (database `versions`, key = record key):
+/// `[1] [incarnation?] [tombstone?] [distinct versions] [field count] {[tag] [version index]}`.
+/// Fields written in one transaction share a version, so each record stores each distinct
+/// version once and one small index per field.
+struct RecordVersions: Equatable {
+    var incarnation: Version?
+    var tombstone: Version?
+    var fields: [UInt16: Version]
+
+    func encoded() -> [UInt8] {
+        var w = ByteWriter(capacity: 64)
+        w.bytes.append(1)
+        var flags: UInt8 = 0
+        if incarnation != nil { flags |= 1 }
+        if tombstone != nil { flags |= 2 }
+        w.bytes.append(flags)
+        var table: [Version] = []
+        func index(_ v: Version) -> Int {
+            if let i = table.firstIndex(of: v) { return i }
+            table.append(v)
+            return table.count - 1
+        }
+        let ordered = fields.sorted { $0.key < $1.key }
+        let incarnationIndex = incarnation.map(index)
+        let tombstoneIndex = tombstone.map(index)
+        let fieldIndexes = ordered.map { ($0.key, index($0.value)) }
+        w.varint(UInt64(table.count))
+        for v in table {
+            w.varint(v.clock)
+            w.bytes.append(contentsOf: v.site.bytes)
+        }
+        if let incarnationIndex { w.varint(UInt64(incarnationIndex)) }
+        if let tombstoneIndex { w.varint(UInt64(tombstoneIndex)) }
+        w.varint(UInt64(fieldIndexes.count))
+        for (tag, i) in fieldIndexes {
+            w.varint(UInt64(tag))
+            w.varint(UInt64(i))
+        }
+        return w.bytes
+    }
+
+    init(incarnation: Version?, tombstone: Version?, fields: [UInt16: Version]) {
+        self.incarnation = incarnation
+        self.tombstone = tombstone
+        self.fields = fields
+    }
+
+    init(decoding bytes: [UInt8]) throws {
+        var r = ByteReader(bytes)
+        guard try r.byte() == 1 else { throw RecordFormatError(reason: "unknown versions format") }
+        let flags = try r.byte()
+        let n = try r.varint()
+        guard n <= UInt64(bytes.count) else { throw RecordFormatError(reason: "bad version table") }
+        var table: [Version] = []
+        for _ in 0..<n {
+            let clock = try r.varint()
+            guard let site = RecordID(bytes: try r.take(16)) else { throw RecordFormatError(reason: "bad site") }
+            table.append(Version(clock: clock, site: site))
+        }
+        func version() throws -> Version {
+            let i = Int(try r.varint())
+            guard i < table.count else { throw RecordFormatError(reason: "bad version index") }
+            return table[i]
+        }
+        incarnation = flags & 1 != 0 ? try version() : nil
+        tombstone = flags & 2 != 0 ? try version() : nil
+        var fields: [UInt16: Version] = [:]
+        for _ in 0..<(try r.varint()) {
+            let tag = UInt16(truncatingIfNeeded: try r.varint())
+            fields[tag] = try version()
+        }
+        self.fields = fields
+    }
+}

@@ -1,0 +1,144 @@
+import Foundation
+import StashLMDB
+
+// The surface that replication (StashSync) and gating (StashGate) build on: record states
+// with versions, merges, and a namespaced key-value area in the store's `meta` database.
+
+extension MetaKey {
+    /// Keys of the namespaced metadata area: "x:" + caller's key.
+    static func extensionKey(_ key: String) -> [UInt8] { Array("x:".utf8) + Array(key.utf8) }
+    static let extensionPrefix = Array("x:".utf8)
+}
+
+/// The replicated state of a record from `records` and `versions`, in any transaction.
+func loadRecordState<T: TransactionReading>(_ txn: T, _ dbs: StoreDatabases, _ layout: TypeLayout,
+                                             _ id: RecordID, site: RecordID, path: String) throws -> RecordState {
+    let key = StoreKeys.record(layout.schema.tag, id)
+    let versions: RecordVersions?
+    do { versions = try txn.get(dbs.versions, key: key).map { try RecordVersions(decoding: $0) } }
+    catch { throw StoreError(.corrupted, "store \(path): versions of \(layout.schema.name) \(id) cannot be decoded: \(error)") }
+    var fields: [String: FieldState] = [:]
+    if let bytes = try txn.get(dbs.records, key: key) {
+        let record: EncodedRecord
+        do { record = try EncodedRecord(bytes) }
+        catch { throw StoreError(.corrupted, "store \(path): \(layout.schema.name) \(id) cannot be decoded: \(error)") }
+        let fallback = versions?.incarnation ?? Version(clock: 0, site: site)
+        for (tag, value) in try record.values() {
+            guard let name = layout.schema.field(tagged: tag)?.name else { continue }
+            fields[name] = FieldState(value: value, version: versions?.fields[tag] ?? fallback)
+        }
+        for (tag, version) in versions?.fields ?? [:] where record.range(of: tag) == nil {
+            if let name = layout.schema.field(tagged: tag)?.name { fields[name] = FieldState(value: .null, version: version) }
+        }
+    }
+    return RecordState(type: layout.schema.name, id: id, incarnation: versions?.incarnation,
+                       tombstone: versions?.tombstone, fields: fields)
+}
+
+extension RecordReader {
+    func recordState(_ layout: TypeLayout, _ id: RecordID) throws -> RecordState {
+        try loadRecordState(txn, dbs, layout, id, site: store.siteID, path: path)
+    }
+}
+
+extension StoreReading {
+    /// The replicated state of a record: field values with versions, incarnation and
+    /// tombstone. A deleted record has no fields and a tombstone; an unknown id has neither.
+    public func recordState(typeNamed type: String, id: RecordID) throws -> RecordState {
+        try reader.recordState(try reader.layout(type), id)
+    }
+
+    /// Calls `body` with the state of every record of `type` ever stored here, deleted ones
+    /// (tombstones) included, until it returns false. Used for full resynchronization.
+    public func forEachRecordState(typeNamed type: String, _ body: (RecordState) throws -> Bool) throws {
+        let layout = try reader.layout(type)
+        try reader.txn.scan(reader.dbs.versions, prefix: StoreKeys.typePrefix(layout.schema.tag)) { key, _ in
+            guard let id = StoreKeys.id(fromRecordKey: key) else { return true }
+            return try body(try reader.recordState(layout, id))
+        }
+    }
+
+    /// A value stored under `key` in the store's metadata area (nil when absent).
+    public func metadata(for key: String) throws -> [UInt8]? {
+        try reader.txn.get(reader.dbs.meta, key: MetaKey.extensionKey(key))
+    }
+
+    /// All metadata keys starting with `prefix`, with their values.
+    public func metadata(withPrefix prefix: String) throws -> [(key: String, value: [UInt8])] {
+        var result: [(String, [UInt8])] = []
+        let full = MetaKey.extensionKey(prefix)
+        try reader.txn.scan(reader.dbs.meta, prefix: full) { key, value in
+            result.append((String(decoding: key.dropFirst(MetaKey.extensionPrefix.count), as: UTF8.self), value))
+            return true
+        }
+        return result
+    }
+
+    /// The history bounds as seen by this transaction: the newest entry and the purge point.
+    public func historyBounds() throws -> (current: HistoryToken, purgedThrough: HistoryToken) {
+        try reader.store.historyBounds(reader.txn)
+    }
+
+    /// History entries after `token` as seen by this transaction (see ``Store/history(after:types:limit:)``).
+    public func history(after token: HistoryToken, limit: Int? = nil) throws -> [HistoryEntry] {
+        let bounds = try historyBounds()
+        if token < bounds.purgedThrough {
+            throw StoreError(.historyPurged, "store \(reader.path): history after \(token) is gone (purged through \(bounds.purgedThrough))")
+        }
+        var entries: [HistoryEntry] = []
+        var start = KeyBytes()
+        start.appendBigEndian(token.sequence &+ 1)
+        let catalog = reader.catalog
+        try reader.txn.scan(reader.dbs.history, from: .atOrAfter(start)) { key, value in
+            guard key.count == 8 else { return true }
+            entries.append(try HistoryEntry.decode(sequence: key.reduce(UInt64(0)) { $0 << 8 | UInt64($1) }, value, catalog: catalog))
+            return limit.map { entries.count < $0 } ?? true
+        }
+        return entries
+    }
+
+    /// The store's schema as this transaction sees it.
+    public var schema: StoreSchema { reader.catalog.schema }
+}
+
+extension StoreTransaction {
+    /// This store's site id (for ``Counter/add(_:site:)``).
+    public var siteID: RecordID { context.siteID }
+
+    /// The version this transaction's local writes get (hybrid logical clock).
+    public func writeVersion() throws -> Version { try context.writeVersion() }
+
+    /// Merges a remote record state into this store (see ``RecordState/merged(with:counters:)``),
+    /// updating record, indexes, counts, versions and history together. Remote versions more
+    /// than ``maximumClockSkew`` ahead of local time are capped. The history change carries
+    /// `origin`, so the change is not sent back there.
+    /// - Returns: false when the state changed nothing.
+    @discardableResult
+    public func merge(_ state: RecordState, origin: RecordID) throws -> Bool {
+        try context.merge(state, origin: origin)
+    }
+
+    /// Stores `value` under `key` in the metadata area (nil removes it), in this transaction.
+    public func setMetadata(_ value: [UInt8]?, for key: String) throws {
+        guard !key.isEmpty, key.utf8.count <= 400 else {
+            throw StoreError(.invalidValue, "store \(reader.path): a metadata key must be 1...400 bytes")
+        }
+        if let value {
+            try context.txn.put(reader.dbs.meta, key: MetaKey.extensionKey(key), value: value)
+        } else {
+            try context.txn.delete(reader.dbs.meta, key: MetaKey.extensionKey(key))
+        }
+    }
+}
+
+extension Store {
+    /// A value from the metadata area, read in its own snapshot. Cheap enough for start-up
+    /// reads (one B-tree lookup).
+    public func metadata(for key: String) throws -> [UInt8]? { try read { try $0.metadata(for: key) } }
+
+    /// Stores a metadata value in its own write transaction.
+    public func setMetadata(_ value: [UInt8]?, for key: String) throws { try write { try $0.setMetadata(value, for: key) } }
+
+    /// The wall clock this store uses (``StoreOptions/clock``).
+    public var clock: @Sendable () -> Date { now }
+}
