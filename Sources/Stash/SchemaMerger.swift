@@ -15,6 +15,7 @@ struct SchemaMerger {
         let storeID: RecordID
         let siteID: RecordID
         let catalog: Catalog
+        let syncPreference: Bool
     }
 
     static func loadSchema<T: TransactionReading>(_ txn: T, _ dbs: StoreDatabases, _ path: String) throws -> StoreSchema? {
@@ -43,7 +44,8 @@ struct SchemaMerger {
         try migrate(context)
         for type in declaration.types { try merge(type, into: context) }
         try context.finish()
-        return Result(storeID: storeID, siteID: siteID, catalog: context.catalog)
+        let preference = try txn.get(dbs.meta, key: MetaKey.extensionKey(Store.syncPreferenceKey))
+        return Result(storeID: storeID, siteID: siteID, catalog: context.catalog, syncPreference: preference != [0])
     }
 
     private func identity() throws -> (RecordID, RecordID) {

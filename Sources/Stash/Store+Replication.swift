@@ -139,6 +139,20 @@ extension Store {
     /// Stores a metadata value in its own write transaction.
     public func setMetadata(_ value: [UInt8]?, for key: String) throws { try write { try $0.setMetadata(value, for: key) } }
 
+    static let syncPreferenceKey = "sync.preference"
+
+    /// The stored sync preference (what the next open will use). Default on.
+    public func storedSyncPreference() throws -> Bool {
+        try metadata(for: Self.syncPreferenceKey) != [0]
+    }
+
+    /// Stores the user's sync preference; it takes effect at the next open
+    /// (``syncPreferenceAtOpen``). Turning sync off never moves, hides or deletes data:
+    /// history keeps recording, and turning it back on ships what was written meanwhile.
+    public func setSyncPreference(_ enabled: Bool) throws {
+        try setMetadata([enabled ? 1 : 0], for: Self.syncPreferenceKey)
+    }
+
     /// The wall clock this store uses (``StoreOptions/clock``).
     public var clock: @Sendable () -> Date { now }
 }

@@ -66,6 +66,10 @@ public final class Store: Sendable {
     public let siteID: RecordID
     /// The wall clock used for versions.
     let now: @Sendable () -> Date
+    /// The user's sync preference as it was when this store was opened (default on).
+    /// Changing it with ``setSyncPreference(_:)`` takes effect at the next open, so a running
+    /// app never starts or stops syncing halfway through a session.
+    public let syncPreferenceAtOpen: Bool
 
     var catalog: Catalog { catalogBox.withLock { $0 } }
 
@@ -129,6 +133,7 @@ public final class Store: Sendable {
         self.dbs = dbs
         self.storeID = opened.storeID
         self.siteID = opened.siteID
+        self.syncPreferenceAtOpen = opened.syncPreference
         self.catalogBox = Mutex(opened.catalog)
     }
 
