@@ -7,10 +7,12 @@ let package = Package(
     products: [
         .library(name: "StashLMDB", targets: ["StashLMDB"]),
         .library(name: "Stash", targets: ["Stash"]),
+        .library(name: "StashSync", targets: ["StashSync"]),
         .executable(name: "stash", targets: ["StashCLI"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
+        .package(url: "https://github.com/apple/swift-crypto", from: "3.12.3"),
     ],
     targets: [
         .systemLibrary(
@@ -21,18 +23,21 @@ let package = Package(
         ),
         .target(name: "StashLMDB", dependencies: ["CLMDB"]),
         .target(name: "Stash", dependencies: ["StashLMDB"]),
+        .target(name: "StashSync", dependencies: ["Stash", .product(name: "Crypto", package: "swift-crypto")]),
         // The `stash` command. The module is StashCLI so that it never clashes with the
         // `Stash` library on case-insensitive file systems.
         .executableTarget(
             name: "StashCLI",
             dependencies: [
                 "Stash",
+                "StashSync",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ],
             path: "Sources/stash"
         ),
         .testTarget(name: "StashLMDBTests", dependencies: ["StashLMDB"]),
         .testTarget(name: "StashTests", dependencies: ["Stash", "StashLMDB"]),
+        .testTarget(name: "StashSyncTests", dependencies: ["StashSync", "Stash"]),
     ],
     swiftLanguageModes: [.v6]
 )

@@ -178,12 +178,7 @@ extension Store {
     /// Registers `name` as a consumer that has read history up to `token`. Purge never removes
     /// entries after a registered consumer's token (unless forced). Call again to move it.
     public func registerHistoryConsumer(_ name: String, at token: HistoryToken) throws {
-        guard !name.isEmpty, name.utf8.count <= 200 else {
-            throw StoreError(.invalidValue, "store \(path): a history consumer name must be 1...200 bytes")
-        }
-        try write { tx in
-            try tx.context.txn.put(dbs.meta, key: MetaKey.consumer(name), value: LittleEndian.bytes(token.sequence))
-        }
+        try write { tx in try tx.registerHistoryConsumer(name, at: token) }
     }
 
     /// Removes a consumer registration; returns false when there was none.
@@ -236,6 +231,17 @@ extension Store {
             try txn.put(dbs.meta, key: MetaKey.purgedThrough, value: LittleEndian.bytes(purged.sequence))
             return HistoryPurgeReport(removedEntries: keys.count, purgedThrough: purged, overriddenConsumers: behind.map(\.key))
         }
+    }
+}
+
+extension StoreTransaction {
+    /// Registers or moves a history consumer in this transaction (see
+    /// ``Store/registerHistoryConsumer(_:at:)``), e.g. together with a sync watermark.
+    public func registerHistoryConsumer(_ name: String, at token: HistoryToken) throws {
+        guard !name.isEmpty, name.utf8.count <= 200 else {
+            throw StoreError(.invalidValue, "store \(reader.path): a history consumer name must be 1...200 bytes")
+        }
+        try context.txn.put(reader.dbs.meta, key: MetaKey.consumer(name), value: LittleEndian.bytes(token.sequence))
     }
 }
 

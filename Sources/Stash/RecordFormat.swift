@@ -298,3 +298,22 @@ struct EncodedRecord {
         range(of: tag).map { bytes[$0] }
     }
 }
+
+/// The stored value encoding (kind byte + payload), for formats built on it such as deltas.
+public enum RecordValueCoding {
+    /// The bytes of one value.
+    public static func encode(_ value: FieldValue) -> [UInt8] {
+        var writer = ByteWriter(capacity: 16)
+        writer.value(value)
+        return writer.bytes
+    }
+
+    /// Reads one value starting at `offset`, not past `end`.
+    /// - Returns: the value and the number of bytes it took.
+    /// - Throws: when the bytes are not a valid value.
+    public static func decode(_ bytes: [UInt8], at offset: Int, end: Int) throws -> (FieldValue, Int) {
+        var reader = ByteReader(bytes, range: offset..<end)
+        let value = try reader.value()
+        return (value, reader.offset - offset)
+    }
+}

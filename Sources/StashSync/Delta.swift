@@ -1,0 +1,265 @@
+import Crypto
+import Foundation
+import Stash
+
+/// A batch of replicated record states from one store, ready to travel.
+///
+/// A delta holds the *current* state (field values with versions, tombstones) of every
+/// record changed in a range of its source's history, coalesced per record. Applying it is a
+/// merge, so applying it twice, late, or next to other deltas is harmless.
+///
+/// Binary layout (format 1), all integers little-endian or varint:
+/// ```
+/// "STSD" | format u8 | flags u8 (1 = HMAC, 2 = full snapshot)
+/// source site (16) | family id (16) | schema fingerprint (32) | from u64 | to u64 | created (f64 seconds)
+/// string table: count, {length, UTF-8} | site table: count, {16 bytes}
+/// entries: count, { type (string #) | id (16) | flags (1 incarnation, 2 tombstone)
+///                   | [clock, site #] [clock, site #] | field count, {name #, clock, site #, value} }
+/// [HMAC-SHA256 (32) of everything before it] | SHA-256 (32) of everything before it
+/// ```
+/// Values use the record value encoding (kind byte + payload).
+public struct Delta: Sendable, Equatable {
+    public static let magic: [UInt8] = Array("STSD".utf8)
+    public static let formatVersion: UInt8 = 1
+
+    public var source: RecordID
+    public var family: RecordID
+    public var schemaFingerprint: [UInt8]
+    /// The source history range covered: sequence numbers `from...to` (from = to + 1 when empty).
+    public var from: UInt64
+    public var to: UInt64
+    /// A full-state snapshot (sent when the receiver fell behind purged history).
+    public var isFullSnapshot: Bool
+    public var created: Date
+    public var entries: [RecordState]
+
+    public init(source: RecordID, family: RecordID, schemaFingerprint: [UInt8], from: UInt64, to: UInt64,
+                isFullSnapshot: Bool, created: Date, entries: [RecordState]) {
+        self.source = source
+        self.family = family
+        self.schemaFingerprint = schemaFingerprint
+        self.from = from
+        self.to = to
+        self.isFullSnapshot = isFullSnapshot
+        self.created = created
+        self.entries = entries
+    }
+}
+
+// MARK: Writing
+
+extension Delta {
+    /// The delta's bytes, authenticated with `key` when given.
+    public func encoded(key: SyncKey? = nil) -> Data {
+        var w = DeltaByteWriter()
+        w.bytes.append(contentsOf: Self.magic)
+        w.bytes.append(Self.formatVersion)
+        w.bytes.append((key != nil ? 1 : 0) | (isFullSnapshot ? 2 : 0))
+        w.bytes.append(contentsOf: source.bytes)
+        w.bytes.append(contentsOf: family.bytes)
+        w.bytes.append(contentsOf: schemaFingerprint.count == 32 ? schemaFingerprint : [UInt8](repeating: 0, count: 32))
+        w.fixed(from)
+        w.fixed(to)
+        w.fixed(created.timeIntervalSince1970.bitPattern)
+
+        var strings: [String] = [], stringIndex: [String: Int] = [:]
+        var sites: [RecordID] = [], siteIndex: [RecordID: Int] = [:]
+        func string(_ s: String) -> Int {
+            if let i = stringIndex[s] { return i }
+            strings.append(s); stringIndex[s] = strings.count - 1
+            return strings.count - 1
+        }
+        func site(_ s: RecordID) -> Int {
+            if let i = siteIndex[s] { return i }
+            sites.append(s); siteIndex[s] = sites.count - 1
+            return sites.count - 1
+        }
+        // Entries first into their own buffer, so the tables they reference are complete.
+        var body = DeltaByteWriter()
+        body.varint(UInt64(entries.count))
+        for entry in entries {
+            body.varint(UInt64(string(entry.type)))
+            body.bytes.append(contentsOf: entry.id.bytes)
+            body.bytes.append((entry.incarnation != nil ? 1 : 0) | (entry.tombstone != nil ? 2 : 0))
+            for version in [entry.incarnation, entry.tombstone].compactMap({ $0 }) {
+                body.varint(version.clock)
+                body.varint(UInt64(site(version.site)))
+            }
+            let fields = entry.fields.sorted { $0.key < $1.key }
+            body.varint(UInt64(fields.count))
+            for (name, field) in fields {
+                body.varint(UInt64(string(name)))
+                body.varint(field.version.clock)
+                body.varint(UInt64(site(field.version.site)))
+                body.bytes.append(contentsOf: RecordValueCoding.encode(field.value))
+            }
+        }
+        w.varint(UInt64(strings.count))
+        for s in strings {
+            let utf8 = Array(s.utf8)
+            w.varint(UInt64(utf8.count))
+            w.bytes.append(contentsOf: utf8)
+        }
+        w.varint(UInt64(sites.count))
+        for s in sites { w.bytes.append(contentsOf: s.bytes) }
+        w.bytes.append(contentsOf: body.bytes)
+        if let key {
+            w.bytes.append(contentsOf: HMAC<SHA256>.authenticationCode(for: w.bytes, using: key.symmetricKey))
+        }
+        w.bytes.append(contentsOf: SHA256.hash(data: w.bytes))
+        return Data(w.bytes)
+    }
+}
+
+// MARK: Reading
+
+extension Delta {
+    /// The fixed header: enough to check family and range before reading entries.
+    static let headerSize = 4 + 1 + 1 + 16 + 16 + 32 + 8 + 8 + 8
+
+    /// Reads and checks a whole delta: magic, format, checksum, authentication (required
+    /// when `key` is given, refused when the delta has an HMAC and no key is configured),
+    /// and every entry. Nothing is trusted before the checksum matches.
+    /// - Throws: ``SyncError`` (`.corruptDelta`, `.unsupportedVersion`, `.unauthenticated`).
+    public init(decoding data: Data, key: SyncKey?, name: String = "delta") throws {
+        let bytes = [UInt8](data)
+        func corrupt(_ why: String) -> SyncError { SyncError(.corruptDelta, "\(name) is not a valid delta: \(why)") }
+        guard bytes.count >= Self.headerSize + 2 + 32 else { throw corrupt("\(bytes.count) bytes is too short") }
+        guard Array(bytes[0..<4]) == Self.magic else { throw corrupt("wrong magic") }
+        let checksumStart = bytes.count - 32
+        guard Array(SHA256.hash(data: bytes[0..<checksumStart])) == Array(bytes[checksumStart...]) else {
+            throw corrupt("checksum mismatch (damaged or truncated)")
+        }
+        guard bytes[4] == Self.formatVersion else {
+            throw SyncError(.unsupportedVersion, "\(name) has delta format \(bytes[4]); this library reads format \(Self.formatVersion); upgrade Stash")
+        }
+        let flags = bytes[5]
+        let hasHMAC = flags & 1 != 0
+        var end = checksumStart
+        if hasHMAC {
+            guard let key else {
+                throw SyncError(.unauthenticated, "\(name) is authenticated (HMAC) but no sync key is configured here; configure the shared sync key")
+            }
+            end -= 32
+            guard end >= Self.headerSize,
+                  HMAC<SHA256>.isValidAuthenticationCode(Array(bytes[end..<checksumStart]), authenticating: bytes[0..<end], using: key.symmetricKey) else {
+                throw SyncError(.unauthenticated, "\(name) has a wrong HMAC: it was not made with this store's sync key")
+            }
+        } else if key != nil {
+            throw SyncError(.unauthenticated, "\(name) is not authenticated, and this store requires its sync key")
+        }
+        var r = DeltaByteReader(bytes: bytes, offset: 6, end: end, name: name)
+        source = try r.id()
+        family = try r.id()
+        schemaFingerprint = try r.take(32)
+        from = try r.fixed()
+        to = try r.fixed()
+        created = Date(timeIntervalSince1970: Double(bitPattern: try r.fixed()))
+        isFullSnapshot = flags & 2 != 0
+        var strings: [String] = []
+        for _ in 0..<(try r.count()) {
+            let n = try r.count()
+            guard let s = String(validating: try r.take(n), as: UTF8.self) else { throw corrupt("invalid UTF-8") }
+            strings.append(s)
+        }
+        var sites: [RecordID] = []
+        for _ in 0..<(try r.count()) { sites.append(try r.id()) }
+        func string() throws -> String {
+            let i = try r.count()
+            guard i < strings.count else { throw corrupt("string index out of range") }
+            return strings[i]
+        }
+        func version() throws -> Version {
+            let clock = try r.varint()
+            let i = try r.count()
+            guard i < sites.count else { throw corrupt("site index out of range") }
+            return Version(clock: clock, site: sites[i])
+        }
+        var entries: [RecordState] = []
+        let count = try r.count()
+        entries.reserveCapacity(min(count, 1 << 16))
+        for _ in 0..<count {
+            let type = try string()
+            let id = try r.id()
+            let entryFlags = try r.byte()
+            let incarnation = entryFlags & 1 != 0 ? try version() : nil
+            let tombstone = entryFlags & 2 != 0 ? try version() : nil
+            var fields: [String: FieldState] = [:]
+            for _ in 0..<(try r.count()) {
+                let fieldName = try string()
+                let v = try version()
+                fields[fieldName] = FieldState(value: try r.value(), version: v)
+            }
+            entries.append(RecordState(type: type, id: id, incarnation: incarnation, tombstone: tombstone, fields: fields))
+        }
+        guard r.offset == end else { throw corrupt("\(end - r.offset) unexpected bytes after the entries") }
+        self.entries = entries
+    }
+}
+
+struct DeltaByteWriter {
+    var bytes: [UInt8] = []
+    mutating func varint(_ value: UInt64) {
+        var v = value
+        while v >= 0x80 { bytes.append(UInt8(truncatingIfNeeded: v) | 0x80); v >>= 7 }
+        bytes.append(UInt8(v))
+    }
+    mutating func fixed(_ value: UInt64) {
+        for shift in stride(from: 0, to: 64, by: 8) { bytes.append(UInt8(truncatingIfNeeded: value >> UInt64(shift))) }
+    }
+}
+
+struct DeltaByteReader {
+    let bytes: [UInt8]
+    var offset: Int
+    let end: Int
+    let name: String
+
+    func corrupt(_ why: String) -> SyncError { SyncError(.corruptDelta, "\(name) is not a valid delta: \(why) at byte \(offset)") }
+
+    mutating func byte() throws -> UInt8 {
+        guard offset < end else { throw corrupt("truncated") }
+        defer { offset += 1 }
+        return bytes[offset]
+    }
+    mutating func take(_ n: Int) throws -> [UInt8] {
+        guard n >= 0, n <= end - offset else { throw corrupt("truncated") }
+        defer { offset += n }
+        return Array(bytes[offset..<offset + n])
+    }
+    mutating func varint() throws -> UInt64 {
+        var result: UInt64 = 0, shift: UInt64 = 0
+        while true {
+            let b = try byte()
+            result |= UInt64(b & 0x7F) << shift
+            if b < 0x80 { return result }
+            shift += 7
+            if shift > 63 { throw corrupt("varint too long") }
+        }
+    }
+    /// A count or index, bounded by the bytes left (each item takes at least one byte).
+    mutating func count() throws -> Int {
+        let n = try varint()
+        guard n <= UInt64(end - offset) + 1 else { throw corrupt("count \(n) larger than the delta") }
+        return Int(n)
+    }
+    mutating func fixed() throws -> UInt64 {
+        let raw = try take(8)
+        return raw.enumerated().reduce(UInt64(0)) { $0 | UInt64($1.element) << UInt64($1.offset * 8) }
+    }
+    mutating func id() throws -> RecordID {
+        guard let id = RecordID(bytes: try take(16)[...]) else { throw corrupt("bad id") }
+        return id
+    }
+    mutating func value() throws -> FieldValue {
+        do {
+            let (value, used) = try RecordValueCoding.decode(bytes, at: offset, end: end)
+            offset += used
+            return value
+        } catch let error as SyncError {
+            throw error
+        } catch {
+            throw corrupt("bad field value (\(error))")
+        }
+    }
+}

@@ -1,0 +1,466 @@
+import Crypto
+import Foundation
+import Stash
+
+/// How a ``SyncEngine`` runs.
+public struct SyncConfiguration: Sendable {
+    /// The store family (an account or shared-container id). A store without one adopts it;
+    /// a store with another one refuses to sync. Deltas of other families are refused.
+    public var family: RecordID?
+    /// The shared sync key: deltas are authenticated with HMAC-SHA256 and unauthenticated
+    /// ones refused. Every store of the family must use the same key.
+    public var key: SyncKey?
+    /// Whether sync is active this session — the sync policy's decision at open (for
+    /// example premium ∧ preference). Nil: the store's preference at open.
+    public var enabled: Bool?
+    /// Reports long exports and imports.
+    public var progress: (@Sendable (SyncProgress) -> Void)?
+
+    public init(family: RecordID? = nil, key: SyncKey? = nil, enabled: Bool? = nil) {
+        self.family = family
+        self.key = key
+        self.enabled = enabled
+    }
+}
+
+/// Progress of a long export or import.
+public struct SyncProgress: Sendable, CustomStringConvertible {
+    public let phase: String
+    public let done: Int
+    public let total: Int
+    public var description: String { "\(phase): \(done)/\(total)" }
+}
+
+/// The shared secret of a store family, for HMAC-SHA256 authentication of deltas.
+public struct SyncKey: Sendable, Equatable {
+    let bytes: [UInt8]
+
+    /// - Throws: `.unauthenticated` for keys shorter than 16 bytes.
+    public init(_ bytes: some Sequence<UInt8>) throws {
+        self.bytes = Array(bytes)
+        guard self.bytes.count >= 16 else {
+            throw SyncError(.unauthenticated, "a sync key needs at least 16 random bytes, got \(self.bytes.count)")
+        }
+    }
+
+    var symmetricKey: SymmetricKey { SymmetricKey(data: bytes) }
+}
+
+/// What applying one delta did.
+public enum ApplyOutcome: Sendable, Equatable {
+    /// Merged; `changed` records were updated here.
+    case applied(entries: Int, changed: Int)
+    /// Already applied earlier (same or older range): nothing done.
+    case duplicate
+    /// Needs a newer schema: kept on disk, applied once the schema catches up.
+    case parked(reason: String)
+}
+
+/// The result of ``SyncEngine/sync(via:)``.
+public struct SyncReport: Sendable, CustomStringConvertible {
+    public var sentEntries = 0
+    public var receivedEntries = 0
+    public var changedHere = 0
+    public var parked: [String] = []
+    /// The peer had fallen behind purged history and got a full-state snapshot.
+    public var sentFullSnapshot = false
+
+    public var description: String {
+        var text = "sent \(sentEntries) record states, received \(receivedEntries) (\(changedHere) changed here)"
+        if sentFullSnapshot { text += "; peer was behind purged history: sent a full snapshot (resetRequired)" }
+        if !parked.isEmpty { text += "; parked until the schema catches up: \(parked.joined(separator: ", "))" }
+        return text
+    }
+}
+
+/// Where sync stands for one peer; never says "synced" while changes are pending.
+public struct SyncStatus: Sendable, CustomStringConvertible {
+    public let enabled: Bool
+    /// Local changes not yet delivered to the peer.
+    public let pendingOutgoing: Int
+    public let lastSuccess: Date?
+    public let lastError: String?
+    public var isUpToDate: Bool { enabled && pendingOutgoing == 0 && lastError == nil }
+
+    public var description: String {
+        guard enabled else { return "sync off (\(pendingOutgoing) changes kept locally, shipped when sync is turned on)" }
+        if let lastError { return "error: \(lastError); \(pendingOutgoing) changes pending" }
+        return pendingOutgoing == 0 ? "up to date" : "\(pendingOutgoing) changes pending"
+    }
+}
+
+/// Replicates a store with its peers: exports deltas from history, imports and merges
+/// theirs, and keeps watermarks so every change arrives exactly once in effect.
+///
+/// ```swift
+/// let engine = try SyncEngine(store: store, configuration: SyncConfiguration(family: accountID, key: syncKey))
+/// try engine.sync(via: DirectTransport(to: otherEngine))          // two stores on one machine
+/// try engine.sync(via: RelayTransport(directory: sharedFolder))     // through a shared folder
+/// print(try engine.status())
+/// ```
+///
+/// - Export reads history after the peer's watermark: work proportional to the changes.
+/// - Import validates the whole delta first, then merges it and advances the watermark in
+///   one write transaction: a crash leaves either all of it or none.
+/// - Turning sync off (``SyncConfiguration/enabled`` or the store's preference at open)
+///   never moves or hides data: history keeps recording, and the backlog ships later.
+public final class SyncEngine: Sendable {
+    public let store: Store
+    public let family: RecordID
+    public let isEnabled: Bool
+    let key: SyncKey?
+    let progress: (@Sendable (SyncProgress) -> Void)?
+
+    static let familyKey = "sync.family"
+    static let lastSuccessKey = "sync.lastSuccess"
+    static let lastErrorKey = "sync.lastError"
+
+    /// This store's site id.
+    public var site: RecordID { store.siteID }
+
+    /// The family a store belongs to, if it has one.
+    public static func family(of store: Store) throws -> RecordID? {
+        try store.metadata(for: familyKey).flatMap { RecordID(bytes: $0[...]) }
+    }
+
+    /// Opens sync for `store`: checks (or adopts) the family and retries parked deltas.
+    /// - Throws: `.noFamily` when neither the store nor the configuration has a family;
+    ///   `.foreignFamily` when they differ.
+    public init(store: Store, configuration: SyncConfiguration = SyncConfiguration()) throws {
+        self.store = store
+        key = configuration.key
+        progress = configuration.progress
+        isEnabled = configuration.enabled ?? store.syncPreferenceAtOpen
+        let stored = try Self.family(of: store)
+        switch (stored, configuration.family) {
+        case (nil, nil):
+            throw SyncError(.noFamily, "store \(store.path) has no sync family yet; configure SyncConfiguration.family (an account or container id) once")
+        case (nil, let wanted?):
+            try store.setMetadata(wanted.bytes, for: Self.familyKey)
+            family = wanted
+        case (let have?, nil):
+            family = have
+        case (let have?, let wanted?):
+            guard have == wanted else {
+                throw SyncError(.foreignFamily, "store \(store.path) belongs to sync family \(have), not \(wanted); a store syncs with one family only")
+            }
+            family = have
+        }
+        if isEnabled { _ = try? retryParked() }
+    }
+
+    // MARK: Export
+
+    /// The delta of changes `peer` has not received (peer nil: for the relay, all origins).
+    /// A peer that fell behind purged history gets a full snapshot (``Delta/isFullSnapshot``).
+    public func makeDelta(for peer: RecordID?, fullSnapshot: Bool = false) throws -> Delta {
+        try store.read { snapshot in
+            let schema = snapshot.schema
+            let synced = Set(schema.types.filter { !$0.localOnly }.map(\.name))
+            let bounds = try snapshot.historyBounds()
+            let watermark = try PeerWatermark.load(peer?.description ?? PeerWatermark.relaySite, in: snapshot)
+            var entries: [RecordState] = []
+            let full = fullSnapshot || watermark.sentThrough < bounds.purgedThrough.sequence
+            if full {
+                for type in synced.sorted() {
+                    try snapshot.forEachRecordState(typeNamed: type) { state in
+                        entries.append(state)
+                        if entries.count % 10_000 == 0 { report("export snapshot", entries.count, 0) }
+                        return true
+                    }
+                }
+            } else {
+                var seen = Set<RecordKey>()
+                var keys: [RecordKey] = []
+                for entry in try snapshot.history(after: HistoryToken(sequence: watermark.sentThrough)) {
+                    for change in entry.changes where synced.contains(change.type) && change.origin != peer {
+                        let key = RecordKey(type: change.type, id: change.id)
+                        if seen.insert(key).inserted { keys.append(key) }
+                    }
+                }
+                for (n, key) in keys.enumerated() {
+                    entries.append(try snapshot.recordState(typeNamed: key.type, id: key.id))
+                    if (n + 1) % 10_000 == 0 { report("export", n + 1, keys.count) }
+                }
+            }
+            return Delta(source: site, family: family, schemaFingerprint: SchemaFingerprint.of(schema),
+                         from: full ? 1 : watermark.sentThrough + 1, to: bounds.current.sequence,
+                         isFullSnapshot: full, created: store.clock(), entries: entries)
+        }
+    }
+
+    /// Records that our history up to `through` reached `peer` (nil: the relay), and keeps
+    /// history after it from being purged.
+    public func acknowledge(peer: RecordID?, through: UInt64) throws {
+        let name = peer?.description ?? PeerWatermark.relaySite
+        try store.write(author: "sync") { tx in
+            var watermark = try PeerWatermark.load(name, in: tx)
+            watermark.sentThrough = max(watermark.sentThrough, through)
+            watermark.lastSent = store.clock()
+            try watermark.save(in: tx)
+            try tx.registerHistoryConsumer("sync:\(name)", at: HistoryToken(sequence: watermark.sentThrough))
+        }
+    }
+
+    // MARK: Import
+
+    /// Validates a delta completely, then merges it and advances the source's watermark in
+    /// one write transaction.
+    /// - Returns: `.duplicate` for a range applied before, `.parked` when it needs a newer schema.
+    /// - Throws: ``SyncError`` for corrupt, foreign, unauthenticated or out-of-order deltas;
+    ///   the store is then unchanged.
+    @discardableResult
+    public func apply(_ data: Data, name: String = "delta") throws -> ApplyOutcome {
+        try apply(data, name: name, parking: true)
+    }
+
+    func apply(_ data: Data, name: String, parking: Bool) throws -> ApplyOutcome {
+        guard isEnabled else {
+            throw SyncError(.disabled, "sync is off for store \(store.path); it was kept local (turn the preference on and reopen)")
+        }
+        let delta = try Delta(decoding: data, key: key, name: name)
+        guard delta.family == family else {
+            throw SyncError(.foreignFamily, "\(name) comes from sync family \(delta.family), but store \(store.path) belongs to \(family); refused")
+        }
+        guard delta.source != site else {
+            throw SyncError(.ownDelta, "\(name) was exported by this store (\(site)); nothing to import")
+        }
+        if let reason = try incompatibility(delta) {
+            guard parking else { return .parked(reason: reason) }
+            try park(data, delta)
+            return .parked(reason: reason)
+        }
+        let source = delta.source.description
+        let localOnly = Set(store.schema.types.filter(\.localOnly).map(\.name))
+        return try store.write(author: "sync") { tx in
+            var watermark = try PeerWatermark.load(source, in: tx)
+            if !delta.isFullSnapshot {
+                if delta.to <= watermark.receivedThrough { return .duplicate }
+                if delta.from > watermark.receivedThrough + 1 {
+                    throw SyncError(.gap, "\(name) covers \(delta.from)...\(delta.to) of \(source), but this store has applied only up to \(watermark.receivedThrough); deliver the missing deltas first")
+                }
+            }
+            var changed = 0
+            for (n, entry) in delta.entries.enumerated() where !localOnly.contains(entry.type) {
+                if try tx.merge(entry, origin: delta.source) { changed += 1 }
+                if (n + 1) % 10_000 == 0 { report("import", n + 1, delta.entries.count) }
+            }
+            watermark.receivedThrough = max(watermark.receivedThrough, delta.to)
+            watermark.lastReceived = store.clock()
+            try watermark.save(in: tx)
+            return .applied(entries: delta.entries.count, changed: changed)
+        }
+    }
+
+    /// Why this store cannot apply `delta` yet (a type or field it does not know, or a field
+    /// of another kind), or nil.
+    func incompatibility(_ delta: Delta) throws -> String? {
+        let schema = store.schema
+        if SchemaFingerprint.of(schema) == delta.schemaFingerprint { return nil }
+        for entry in delta.entries {
+            guard let type = schema.type(named: entry.type) else { return "unknown type \(entry.type)" }
+            for (name, field) in entry.fields {
+                guard let known = type.field(named: name) else { return "unknown field \(entry.type).\(name)" }
+                if let kind = field.value.kind, let knownKind = known.kind, kind != knownKind {
+                    return "\(entry.type).\(name) is \(knownKind.rawValue) here, \(kind.rawValue) in the delta"
+                }
+            }
+        }
+        return nil
+    }
+
+    // MARK: Parked deltas
+
+    var parkedDirectory: URL { URL(fileURLWithPath: store.path).appendingPathComponent("sync-parked") }
+
+    private func park(_ data: Data, _ delta: Delta) throws {
+        let name = String(format: "%@-%020llu-%020llu.delta", delta.source.description, delta.from, delta.to)
+        try AtomicFile.write(data, to: parkedDirectory.appendingPathComponent(name))
+    }
+
+    /// Applies parked deltas whose schema is now known (in source and range order).
+    /// - Returns: how many were applied.
+    @discardableResult
+    public func retryParked() throws -> Int {
+        let files = (try? FileManager.default.contentsOfDirectory(at: parkedDirectory, includingPropertiesForKeys: nil)) ?? []
+        var applied = 0
+        for file in files.filter({ $0.pathExtension == "delta" }).sorted(by: { $0.lastPathComponent < $1.lastPathComponent }) {
+            let data = try Data(contentsOf: file)
+            switch try apply(data, name: file.lastPathComponent, parking: false) {
+            case .parked: continue
+            case .applied, .duplicate:
+                try FileManager.default.removeItem(at: file)
+                applied += 1
+            }
+        }
+        return applied
+    }
+
+    /// Deltas waiting for a newer schema.
+    public func parkedDeltas() -> [String] {
+        ((try? FileManager.default.contentsOfDirectory(atPath: parkedDirectory.path)) ?? []).filter { $0.hasSuffix(".delta") }.sorted()
+    }
+
+    // MARK: Exchange
+
+    /// Sends the changes the transport's peer has not received. Nothing is marked as sent
+    /// unless the transport took the delta; a failing transport leaves everything pending.
+    /// - Returns: the number of record states sent.
+    @discardableResult
+    public func sendChanges(via transport: some SyncTransport) throws -> (entries: Int, fullSnapshot: Bool) {
+        try recordingOutcome {
+            guard isEnabled else { throw SyncError(.disabled, "sync is off for store \(store.path); changes stay local") }
+            let requested = try transport.fullSnapshotRequested(by: self)
+            let delta = try makeDelta(for: transport.peer, fullSnapshot: requested)
+            if delta.entries.isEmpty && !delta.isFullSnapshot { return (0, false) }
+            try transport.deliver(delta.encoded(key: key), delta: delta, from: self)
+            try acknowledge(peer: transport.peer, through: delta.to)
+            return (delta.entries.count, delta.isFullSnapshot)
+        }
+    }
+
+    /// Fetches and applies what the transport has for this store, in order.
+    @discardableResult
+    public func fetchChanges(via transport: some SyncTransport) throws -> SyncReport {
+        try recordingOutcome {
+            guard isEnabled else { throw SyncError(.disabled, "sync is off for store \(store.path); nothing fetched") }
+            var report = SyncReport()
+            // A gap or a parked delta holds back later deltas of the same source only.
+            var blocked = Set<RecordID>()
+            for incoming in try transport.incoming(for: self) where !blocked.contains(incoming.source) {
+                let outcome: ApplyOutcome
+                do {
+                    outcome = try apply(incoming.data, name: incoming.name)
+                } catch let error as SyncError where error.code == .gap {
+                    try transport.requestFullSnapshot(from: incoming.source, for: self)
+                    blocked.insert(incoming.source)
+                    continue
+                }
+                switch outcome {
+                case .applied(let entries, let changed):
+                    report.receivedEntries += entries
+                    report.changedHere += changed
+                case .duplicate: break
+                case .parked(let reason):
+                    report.parked.append("\(incoming.name) (\(reason))")
+                    blocked.insert(incoming.source)
+                }
+                try incoming.consumed(outcome)
+            }
+            return report
+        }
+    }
+
+    /// Sends, then fetches.
+    @discardableResult
+    public func sync(via transport: some SyncTransport) throws -> SyncReport {
+        let sent = try sendChanges(via: transport)
+        var report = try fetchChanges(via: transport)
+        report.sentEntries = sent.entries
+        report.sentFullSnapshot = sent.fullSnapshot
+        return report
+    }
+
+    /// Syncs every `interval` until the task is cancelled; errors are kept in ``status(peer:)``.
+    public func startBackgroundSync(via transport: some SyncTransport, every interval: Duration) -> Task<Void, Never> {
+        Task.detached { [self] in
+            while !Task.isCancelled {
+                _ = try? self.sync(via: transport)
+                try? await Task.sleep(for: interval)
+            }
+        }
+    }
+
+    private func recordingOutcome<R>(_ body: () throws -> R) throws -> R {
+        do {
+            let result = try body()
+            try store.write(author: "sync") { tx in
+                try tx.setMetadata(Array(String(store.clock().timeIntervalSince1970).utf8), for: Self.lastSuccessKey)
+                try tx.setMetadata(nil, for: Self.lastErrorKey)
+            }
+            return result
+        } catch {
+            try? store.setMetadata(Array("\(error)".utf8), for: Self.lastErrorKey)
+            throw error
+        }
+    }
+
+    // MARK: Status
+
+    /// Pending changes for `peer` (nil: the relay), last success and last error.
+    public func status(peer: RecordID? = nil) throws -> SyncStatus {
+        try store.read { snapshot in
+            let synced = Set(snapshot.schema.types.filter { !$0.localOnly }.map(\.name))
+            let watermark = try PeerWatermark.load(peer?.description ?? PeerWatermark.relaySite, in: snapshot)
+            let bounds = try snapshot.historyBounds()
+            var pending = 0
+            if watermark.sentThrough < bounds.purgedThrough.sequence {
+                pending = try synced.reduce(0) { $0 + (try snapshot.count(typeNamed: $1)) }
+            } else {
+                for entry in try snapshot.history(after: HistoryToken(sequence: watermark.sentThrough)) {
+                    pending += entry.changes.filter { synced.contains($0.type) && $0.origin != peer }.count
+                }
+            }
+            let success = try snapshot.metadata(for: Self.lastSuccessKey).flatMap { Double(String(decoding: $0, as: UTF8.self)) }
+            let error = try snapshot.metadata(for: Self.lastErrorKey).map { String(decoding: $0, as: UTF8.self) }
+            return SyncStatus(enabled: isEnabled, pendingOutgoing: pending,
+                              lastSuccess: success.map { Date(timeIntervalSince1970: $0) }, lastError: error)
+        }
+    }
+
+    /// Every peer this store has exchanged with.
+    public func peers() throws -> [PeerWatermark] { try store.read { try PeerWatermark.all(in: $0) } }
+
+    private func report(_ phase: String, _ done: Int, _ total: Int) {
+        progress?(SyncProgress(phase: phase, done: done, total: total))
+    }
+}
+
+struct RecordKey: Hashable {
+    let type: String
+    let id: RecordID
+}
+
+/// A short digest of the synced part of a schema (types, fields and kinds, local-only
+/// types left out): equal fingerprints mean a delta fits without checking each entry.
+enum SchemaFingerprint {
+    static func of(_ schema: StoreSchema) -> [UInt8] {
+        var text = ""
+        for type in schema.types.filter({ !$0.localOnly }).sorted(by: { $0.name < $1.name }) {
+            text += "\(type.name){"
+            for field in type.fields.sorted(by: { $0.name < $1.name }) {
+                text += "\(field.name):\(field.kind?.rawValue ?? "?")\(field.counter == true ? "+" : ""),"
+            }
+            text += "}"
+        }
+        return Array(SHA256.hash(data: Data(text.utf8)))
+    }
+}
+
+/// Writes a file so that readers see all of it or none: temp file, fsync, rename, fsync dir.
+enum AtomicFile {
+    static func write(_ data: Data, to url: URL) throws {
+        let directory = url.deletingLastPathComponent()
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        let temp = directory.appendingPathComponent(".tmp-\(UUID().uuidString)")
+        guard FileManager.default.createFile(atPath: temp.path, contents: nil) else {
+            throw SyncError(.transportFailed, "cannot create \(temp.path) (permissions or disk full)")
+        }
+        do {
+            let handle = try FileHandle(forWritingTo: temp)
+            defer { try? handle.close() }
+            try handle.write(contentsOf: data)
+            try handle.synchronize()
+        } catch {
+            try? FileManager.default.removeItem(at: temp)
+            throw SyncError(.transportFailed, "cannot write \(url.path): \(error)")
+        }
+        guard rename(temp.path, url.path) == 0 else {
+            let reason = String(cString: strerror(errno))
+            try? FileManager.default.removeItem(at: temp)
+            throw SyncError(.transportFailed, "cannot move \(temp.lastPathComponent) to \(url.path): \(reason)")
+        }
+        let fd = open(directory.path, O_RDONLY)
+        if fd >= 0 { fsync(fd); close(fd) }
+    }
+}

@@ -1,0 +1,41 @@
+import Foundation
+import Stash
+
+/// A sync failure, with a message naming the store, peer or file and what to do.
+/// Every refusal leaves the store exactly as it was.
+public struct SyncError: Error, CustomStringConvertible, Sendable {
+    public struct Code: Hashable, Sendable, CustomStringConvertible {
+        private let name: String
+        private init(_ name: String) { self.name = name }
+        public var description: String { name }
+
+        /// Not a delta, or truncated, or its checksum does not match (corruption).
+        public static let corruptDelta = Code("corruptDelta")
+        /// A delta format newer than this library.
+        public static let unsupportedVersion = Code("unsupportedVersion")
+        /// The delta belongs to another store family (account / container).
+        public static let foreignFamily = Code("foreignFamily")
+        /// The delta is not authenticated with this store's sync key (or has a wrong HMAC).
+        public static let unauthenticated = Code("unauthenticated")
+        /// The delta starts after changes from its source that this store has not applied.
+        public static let gap = Code("gap")
+        /// The store has no family yet: configure one before syncing.
+        public static let noFamily = Code("noFamily")
+        /// Sync is off for this store (preference or policy at open).
+        public static let disabled = Code("disabled")
+        /// The transport could not take or give deltas (full, over quota, unavailable).
+        public static let transportFailed = Code("transportFailed")
+        /// The delta was built against the same store that imports it.
+        public static let ownDelta = Code("ownDelta")
+    }
+
+    public let code: Code
+    public let message: String
+
+    public init(_ code: Code, _ message: String) {
+        self.code = code
+        self.message = message
+    }
+
+    public var description: String { message }
+}

@@ -1,0 +1,183 @@
+import Foundation
+import Stash
+
+/// Something that carries deltas between stores.
+///
+/// A transport either talks to one peer (``DirectTransport``) or is a shared medium every
+/// store of the family reads (``RelayTransport``, standing for a cloud container). A
+/// transport that fails throws ``SyncError`` (`.transportFailed`): nothing is then marked
+/// as sent, so the next sync ships the same changes.
+public protocol SyncTransport: Sendable {
+    /// The store at the other end, or nil for a shared medium.
+    var peer: RecordID? { get }
+    /// Delivers one delta durably, or throws.
+    func deliver(_ data: Data, delta: Delta, from engine: SyncEngine) throws
+    /// The deltas waiting for `engine`, in the order to apply them.
+    func incoming(for engine: SyncEngine) throws -> [IncomingDelta]
+    /// True when a reader asked `engine` for a full snapshot (it found a gap).
+    func fullSnapshotRequested(by engine: SyncEngine) throws -> Bool
+    /// Asks `source` for a full snapshot on its next send.
+    func requestFullSnapshot(from source: RecordID, for engine: SyncEngine) throws
+}
+
+/// One delta offered by a transport, with what to do once it is applied.
+public struct IncomingDelta: Sendable {
+    public let name: String
+    public let source: RecordID
+    public let data: Data
+    let onConsumed: @Sendable (ApplyOutcome) throws -> Void
+
+    public init(name: String, source: RecordID, data: Data, onConsumed: @escaping @Sendable (ApplyOutcome) throws -> Void) {
+        self.name = name
+        self.source = source
+        self.data = data
+        self.onConsumed = onConsumed
+    }
+
+    func consumed(_ outcome: ApplyOutcome) throws { try onConsumed(outcome) }
+}
+
+/// Store to store on one machine: delivering imports straight into the other store;
+/// fetching asks the other store for a delta and acknowledges it once applied.
+public struct DirectTransport: SyncTransport {
+    public let other: SyncEngine
+    public init(to other: SyncEngine) { self.other = other }
+
+    public var peer: RecordID? { other.site }
+
+    public func deliver(_ data: Data, delta: Delta, from engine: SyncEngine) throws {
+        if case .parked = try other.apply(data, name: "delta from \(engine.site)") {
+            // Parked on the other side: it has the delta and will apply it after an upgrade.
+            return
+        }
+    }
+
+    public func incoming(for engine: SyncEngine) throws -> [IncomingDelta] {
+        guard other.isEnabled else {
+            throw SyncError(.disabled, "sync is off for the peer store \(other.store.path)")
+        }
+        let requested = try fullSnapshotRequested(by: other)
+        let delta = try other.makeDelta(for: engine.site, fullSnapshot: requested)
+        if delta.entries.isEmpty && !delta.isFullSnapshot { return [] }
+        let other = self.other
+        let site = engine.site
+        return [IncomingDelta(name: "delta from \(other.site)", source: other.site, data: delta.encoded(key: other.key)) { _ in
+            try other.acknowledge(peer: site, through: delta.to)
+        }]
+    }
+
+    public func fullSnapshotRequested(by engine: SyncEngine) throws -> Bool { false }
+    public func requestFullSnapshot(from source: RecordID, for engine: SyncEngine) throws {}
+}
+
+/// A shared directory standing for a cloud container. Each store writes its deltas into
+/// `DIR/<site>/` atomically (temp file, fsync, rename), reads the other stores' folders in
+/// range order, acknowledges what it applied in `DIR/<source>/acks/<site>`, and deletes its
+/// own files once every known reader has acknowledged them.
+public struct RelayTransport: SyncTransport {
+    public let directory: URL
+    /// A simulated container quota in bytes: a delivery that would exceed it fails.
+    public var quotaBytes: Int?
+
+    public init(directory: URL, quotaBytes: Int? = nil) {
+        self.directory = directory
+        self.quotaBytes = quotaBytes
+    }
+
+    public var peer: RecordID? { nil }
+
+    private func folder(_ site: RecordID) -> URL { directory.appendingPathComponent(site.description) }
+
+    private func checkAvailable() throws {
+        var isDirectory: ObjCBool = false
+        guard FileManager.default.fileExists(atPath: directory.path, isDirectory: &isDirectory), isDirectory.boolValue else {
+            throw SyncError(.transportFailed, "relay \(directory.path) is unavailable (no such directory); changes stay pending")
+        }
+    }
+
+    public func deliver(_ data: Data, delta: Delta, from engine: SyncEngine) throws {
+        try checkAvailable()
+        if let quotaBytes {
+            let used = usedBytes()
+            guard used + data.count <= quotaBytes else {
+                throw SyncError(.transportFailed, "relay \(directory.path) is over its quota (\(used) + \(data.count) > \(quotaBytes) bytes); changes stay pending")
+            }
+        }
+        let name = String(format: "%020llu-%020llu%@.delta", delta.from, delta.to, delta.isFullSnapshot ? "-full" : "")
+        try AtomicFile.write(data, to: folder(engine.site).appendingPathComponent(name))
+        try? FileManager.default.removeItem(at: folder(engine.site).appendingPathComponent("requests"))
+        try cleanUp(for: engine)
+    }
+
+    private func usedBytes() -> Int {
+        guard let walker = FileManager.default.enumerator(at: directory, includingPropertiesForKeys: [.fileSizeKey]) else { return 0 }
+        var total = 0
+        for case let url as URL in walker {
+            total += (try? url.resourceValues(forKeys: [.fileSizeKey]).fileSize) ?? 0
+        }
+        return total
+    }
+
+    /// Delta files of `source`, parsed from their names, in range order.
+    private func deltas(of source: URL) -> [(url: URL, from: UInt64, to: UInt64, full: Bool)] {
+        let files = (try? FileManager.default.contentsOfDirectory(at: source, includingPropertiesForKeys: nil)) ?? []
+        return files.compactMap { url in
+            guard url.pathExtension == "delta", !url.lastPathComponent.hasPrefix(".") else { return nil }
+            let parts = url.deletingPathExtension().lastPathComponent.split(separator: "-")
+            guard parts.count >= 2, let from = UInt64(parts[0]), let to = UInt64(parts[1]) else { return nil }
+            return (url, from, to, parts.count == 3)
+        }.sorted { ($0.from, $0.to) < ($1.from, $1.to) }
+    }
+
+    public func incoming(for engine: SyncEngine) throws -> [IncomingDelta] {
+        try checkAvailable()
+        // Make this store known as a reader, so sources keep files until it has read them.
+        try FileManager.default.createDirectory(at: folder(engine.site), withIntermediateDirectories: true)
+        let sources = try FileManager.default.contentsOfDirectory(at: directory, includingPropertiesForKeys: nil)
+        var result: [IncomingDelta] = []
+        let myself = engine.site.description
+        for sourceFolder in sources.sorted(by: { $0.lastPathComponent < $1.lastPathComponent }) {
+            guard let source = RecordID(string: sourceFolder.lastPathComponent), source != engine.site else { continue }
+            let received = try engine.store.read { try PeerWatermark.load(source.description, in: $0) }.receivedThrough
+            var files = deltas(of: sourceFolder)
+            // A full snapshot newer than what we have makes the older files unnecessary.
+            if let full = files.last(where: { $0.full && $0.to > received }) { files = files.filter { $0.to > full.to || $0.url == full.url } }
+            for file in files where file.to > received {
+                let data = try Data(contentsOf: file.url)
+                let ackDirectory = sourceFolder.appendingPathComponent("acks")
+                let to = file.to
+                result.append(IncomingDelta(name: file.url.lastPathComponent, source: source, data: data) { outcome in
+                    if case .parked = outcome { return }
+                    try AtomicFile.write(Data(String(to).utf8), to: ackDirectory.appendingPathComponent(myself))
+                })
+            }
+        }
+        return result
+    }
+
+    public func fullSnapshotRequested(by engine: SyncEngine) throws -> Bool {
+        let requests = folder(engine.site).appendingPathComponent("requests")
+        return !((try? FileManager.default.contentsOfDirectory(atPath: requests.path)) ?? []).isEmpty
+    }
+
+    public func requestFullSnapshot(from source: RecordID, for engine: SyncEngine) throws {
+        try AtomicFile.write(Data(), to: folder(source).appendingPathComponent("requests").appendingPathComponent(engine.site.description))
+    }
+
+    /// Deletes this store's delta files that every known reader has acknowledged.
+    private func cleanUp(for engine: SyncEngine) throws {
+        let mine = folder(engine.site)
+        let readers = ((try? FileManager.default.contentsOfDirectory(atPath: directory.path)) ?? [])
+            .filter { RecordID(string: $0) != nil && $0 != engine.site.description }
+        guard !readers.isEmpty else { return }
+        var acknowledged = UInt64.max
+        for reader in readers {
+            let ack = mine.appendingPathComponent("acks").appendingPathComponent(reader)
+            let value = (try? String(contentsOf: ack, encoding: .utf8)).flatMap { UInt64($0) } ?? 0
+            acknowledged = min(acknowledged, value)
+        }
+        for file in deltas(of: mine) where file.to <= acknowledged {
+            try? FileManager.default.removeItem(at: file.url)
+        }
+    }
+}

@@ -1,0 +1,148 @@
+import ArgumentParser
+import Foundation
+import Stash
+import StashSync
+
+/// Options shared by the sync commands.
+struct SyncOptions: ParsableArguments {
+    @Option(name: .long, help: "A file holding the shared sync key (HMAC-SHA256); every store of the family must use the same key.")
+    var keyFile: String?
+
+    func key() throws -> SyncKey? {
+        guard let keyFile else { return nil }
+        guard let data = FileManager.default.contents(atPath: keyFile) else { throw CommandFailure(message: "cannot read key file \(keyFile)") }
+        guard data.count >= 16 else { throw CommandFailure(message: "key file \(keyFile) holds \(data.count) bytes; use at least 16 random bytes") }
+        return try SyncKey(data)
+    }
+}
+
+/// An engine for a store opened by the CLI; the family is adopted when given.
+func syncEngine(_ store: Store, family: RecordID?, key: SyncKey?) throws -> SyncEngine {
+    let engine = try SyncEngine(store: store, configuration: SyncConfiguration(family: family, key: key))
+    guard engine.isEnabled else {
+        throw CommandFailure(message: "sync is off for \(store.path) (its preference); nothing was exchanged and every change stays local")
+    }
+    return engine
+}
+
+func syncProgress() -> @Sendable (SyncProgress) -> Void {
+    { progress in FileHandle.standardError.write(Data("\(progress)\n".utf8)) }
+}
+
+struct Sync: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Exchange changes between two stores, or between a store and a relay directory.",
+        discussion: """
+        stash sync DIR_A DIR_B        both ways, directly
+        stash sync DIR --relay RELAY  send to and fetch from a shared relay folder
+        Stores of one family sync; the first sync gives both stores a family when neither has one.
+        """)
+    @Argument(help: "The store directory.") var directory: String
+    @Argument(help: "The other store directory (direct sync).") var other: String?
+    @Option(help: "A relay directory shared by the stores (stands for a cloud container).") var relay: String?
+    @Option(help: "The family id to adopt (a UUID), for a store that has none.") var family: String?
+    @OptionGroup var options: SyncOptions
+
+    func run() throws {
+        try runCommand {
+            guard (other == nil) != (relay == nil) else {
+                throw CommandFailure(message: "give either a second store directory or --relay DIR")
+            }
+            let key = try options.key()
+            let store = try openExisting(directory)
+            let wanted = try family.map(parseID)
+            if let other {
+                let peerStore = try openExisting(other)
+                let mine = try SyncEngine.family(of: store), theirs = try SyncEngine.family(of: peerStore)
+                if let mine, let theirs, mine != theirs {
+                    throw CommandFailure(message: "\(directory) belongs to family \(mine) and \(other) to \(theirs); stores of different families never sync")
+                }
+                let shared = wanted ?? mine ?? theirs ?? RecordID()
+                let a = try syncEngine(store, family: shared, key: key)
+                let b = try syncEngine(peerStore, family: shared, key: key)
+                let there = try a.sync(via: DirectTransport(to: b))
+                printLine("\(directory) → \(other): \(there)")
+                printLine("status: \(try a.status(peer: b.site)); peer: \(try b.status(peer: a.site))")
+            } else if let relay {
+                let engine = try syncEngine(store, family: wanted, key: key)
+                let report = try engine.sync(via: RelayTransport(directory: URL(fileURLWithPath: relay)))
+                printLine("\(directory) ⇄ relay \(relay): \(report)")
+                printLine("status: \(try engine.status())")
+            }
+        }
+    }
+}
+
+struct ExportDelta: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "export-delta",
+        abstract: "Write the changes a peer has not received to a delta file.",
+        discussion: "The peer's watermark moves only when the peer imports the file and syncs back; exporting twice is harmless.")
+    @Argument(help: "The store directory.") var directory: String
+    @Option(help: "The peer's site id (from `stash peers` or `stash stat` on the peer).") var peer: String
+    @Option(name: .shortAndLong, help: "The delta file to write.") var output: String
+    @Option(help: "The family id to adopt (a UUID), for a store that has none.") var family: String?
+    @OptionGroup var options: SyncOptions
+
+    func run() throws {
+        try runCommand {
+            let store = try openExisting(directory)
+            let engine = try syncEngine(store, family: try family.map(parseID), key: try options.key())
+            let delta = try engine.makeDelta(for: try parseID(peer))
+            let data = delta.encoded(key: try options.key())
+            do { try data.write(to: URL(fileURLWithPath: output), options: .atomic) }
+            catch { throw CommandFailure(message: "cannot write \(output): \(error.localizedDescription)") }
+            printLine("wrote \(output): \(delta.entries.count) record states, history \(delta.from)...\(delta.to)\(delta.isFullSnapshot ? " (full snapshot)" : ""), \(data.count) bytes")
+        }
+    }
+}
+
+struct ImportDelta: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "import-delta",
+        abstract: "Validate a delta file completely, then apply it in one transaction.")
+    @Argument(help: "The store directory.") var directory: String
+    @Argument(help: "The delta file.") var file: String
+    @Option(help: "The family id to adopt (a UUID), for a store that has none.") var family: String?
+    @OptionGroup var options: SyncOptions
+
+    func run() throws {
+        try runCommand {
+            let store = try openExisting(directory)
+            guard let data = FileManager.default.contents(atPath: file) else { throw CommandFailure(message: "cannot read \(file)") }
+            var configuration = SyncConfiguration(family: try family.map(parseID), key: try options.key())
+            configuration.progress = syncProgress()
+            if configuration.family == nil, try SyncEngine.family(of: store) == nil {
+                // A first import joins the delta's family (after the delta proves itself below).
+                configuration.family = (try? Delta(decoding: data, key: configuration.key, name: file))?.family
+            }
+            let engine = try SyncEngine(store: store, configuration: configuration)
+            guard engine.isEnabled else { throw CommandFailure(message: "sync is off for \(store.path); the delta was not applied") }
+            switch try engine.apply(data, name: (file as NSString).lastPathComponent) {
+            case .applied(let entries, let changed): printLine("applied \(entries) record states (\(changed) changed)")
+            case .duplicate: printLine("already applied; nothing to do")
+            case .parked(let reason): printLine("parked until the schema catches up: \(reason)")
+            }
+        }
+    }
+}
+
+struct Peers: ParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "List the peers a store has synced with and its pending changes.")
+    @Argument(help: "The store directory.") var directory: String
+
+    func run() throws {
+        try runCommand {
+            let store = try openExisting(directory)
+            printLine("site \(store.siteID)  family \(try SyncEngine.family(of: store).map(\.description) ?? "none")  sync preference \(store.syncPreferenceAtOpen ? "on" : "off")")
+            guard try SyncEngine.family(of: store) != nil else { return }
+            let engine = try SyncEngine(store: store)
+            for peer in try engine.peers().sorted(by: { $0.site < $1.site }) {
+                let pending = try engine.status(peer: RecordID(string: peer.site)).pendingOutgoing
+                printLine("peer \(peer.site): sent through \(peer.sentThrough), received through \(peer.receivedThrough), \(pending) changes pending")
+            }
+            let parked = engine.parkedDeltas()
+            if !parked.isEmpty { printLine("parked deltas: \(parked.joined(separator: ", "))") }
+        }
+    }
+}
