@@ -29,8 +29,9 @@ func clockReading(_ date: Date) -> UInt64 {
     UInt64(max(0, date.timeIntervalSince1970 * 1000)) << 16
 }
 
-/// How far ahead of local wall time a remote clock is believed (2 minutes); later remote
-/// versions are capped, so a device with a wrong clock cannot win conflicts for long.
+/// How far ahead of local wall time a remote clock is followed (2 minutes). A store's
+/// clock never jumps further because of a device with a wrong clock; and since every local
+/// write beats the version it overwrites, such a device's writes lose to any later edit.
 public let maximumClockSkew: TimeInterval = 120
 
 /// A counter that merges across replicas without losing or double-counting changes: each

@@ -109,8 +109,8 @@ extension StoreTransaction {
     public func writeVersion() throws -> Version { try context.writeVersion() }
 
     /// Merges a remote record state into this store (see ``RecordState/merged(with:counters:)``),
-    /// updating record, indexes, counts, versions and history together. Remote versions more
-    /// than ``maximumClockSkew`` ahead of local time are capped. The history change carries
+    /// updating record, indexes, counts, versions and history together. The local clock
+    /// follows remote versions at most ``maximumClockSkew`` past local time. The history change carries
     /// `origin`, so the change is not sent back there.
     /// - Returns: false when the state changed nothing.
     @discardableResult

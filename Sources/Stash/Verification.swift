@@ -48,6 +48,15 @@ extension Store {
                             report.problems.append("\(type.name) \(id): missing from index \(index.name)")
                         }
                     }
+                    // Versions: a stored record has an incarnation newer than any delete.
+                    let versions = try txn.get(dbs.versions, key: key).flatMap { try? RecordVersions(decoding: $0) }
+                    if let versions {
+                        if versions.incarnation == nil || (versions.tombstone.map { versions.incarnation! <= $0 } ?? false) {
+                            report.problems.append("\(type.name) \(id): stored, but its versions say it is deleted")
+                        }
+                    } else {
+                        report.problems.append("\(type.name) \(id): no versions entry")
+                    }
                     return true
                 }
                 let stored = Int(LittleEndian.uint64(try txn.get(dbs.counts, key: StoreKeys.count(type.tag))) ?? 0)

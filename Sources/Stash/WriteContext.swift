@@ -63,13 +63,21 @@ final class WriteContext: FieldTagResolver {
         return version
     }
 
-    /// A remote version, capped to local wall time + ``maximumClockSkew``, and observed by
-    /// the clock so that later local writes are newer.
-    func observe(_ version: Version) throws -> Version {
+    /// Lets the clock see a remote version, so later local writes are newer. The clock
+    /// follows it at most ``maximumClockSkew`` past local wall time: a device with a wrong
+    /// clock cannot drag this store's clock a day ahead. (Its write still loses to any
+    /// later local write of the same field, see ``bumped(_:over:)``.)
+    func observe(_ version: Version) throws {
         let cap = clockReading(now().addingTimeInterval(maximumClockSkew))
-        let capped = version.clock > cap ? Version(clock: cap, site: version.site) : version
-        if capped.clock > (try storedClock()) { lastClock = capped.clock }
-        return capped
+        let seen = min(version.clock, cap)
+        if seen > (try storedClock()) { lastClock = seen }
+    }
+
+    /// A local write's version for something that had version `old`: newer than what it
+    /// overwrites, even when `old` came from a device whose clock runs ahead.
+    func bumped(_ version: Version, over old: Version?) -> Version {
+        guard let old, old >= version else { return version }
+        return Version(clock: old.clock + 1, site: version.site)
     }
 
     /// The new catalog when this transaction changed the schema.
@@ -195,10 +203,13 @@ final class WriteContext: FieldTagResolver {
             let version = try writeVersion()
             versions = oldVersions ?? RecordVersions(incarnation: nil, tombstone: nil, fields: [:])
             if old == nil {
-                versions.incarnation = version
-                versions.fields = [:]
+                // A (re-)insert starts an incarnation newer than any delete of this id.
+                let incarnation = bumped(version, over: versions.tombstone)
+                versions.incarnation = incarnation
+                versions.fields = Dictionary(uniqueKeysWithValues: tags.map { ($0, incarnation) })
+            } else {
+                for tag in tags { versions.fields[tag] = bumped(version, over: versions.fields[tag]) }
             }
-            for tag in tags { versions.fields[tag] = version }
         }
         if merged != nil, tags.isEmpty, let oldVersions {
             tags = versions.fields.filter { oldVersions.fields[$0.key] != $0.value }.map(\.key)
@@ -224,7 +235,8 @@ final class WriteContext: FieldTagResolver {
         try txn.delete(dbs.records, key: key)
         var versions = try merged ?? versions(layout, id) ?? RecordVersions(incarnation: nil, tombstone: nil, fields: [:])
         if merged == nil {
-            versions.tombstone = try writeVersion()
+            let latest = ([versions.incarnation, versions.tombstone].compactMap { $0 } + versions.fields.values).max()
+            versions.tombstone = bumped(try writeVersion(), over: latest)
             versions.fields = [:]
         }
         try txn.put(dbs.versions, key: key, value: versions.encoded())
@@ -249,13 +261,10 @@ final class WriteContext: FieldTagResolver {
     @discardableResult
     func merge(_ remote: RecordState, origin: RecordID) throws -> Bool {
         let layout = try self.layout(remote.type)
-        var capped = remote
-        capped.incarnation = try remote.incarnation.map(observe)
-        capped.tombstone = try remote.tombstone.map(observe)
-        for (name, field) in remote.fields { capped.fields[name]?.version = try observe(field.version) }
+        if let latest = remote.latestVersion { try observe(latest) }
         let local = try state(layout, remote.id)
         let counters = Set(layout.schema.fields.filter { $0.counter == true }.map(\.name))
-        let merged = local.merged(with: capped, counters: counters)
+        let merged = local.merged(with: remote, counters: counters)
         if merged == local { return false }
         return try write(merged, layout, origin: origin)
     }
@@ -285,7 +294,7 @@ final class WriteContext: FieldTagResolver {
             // The same logical record created on two replicas: keep the smaller id.
             if clash.other < state.id {
                 var lost = versions
-                lost.tombstone = try writeVersion()
+                lost.tombstone = bumped(try writeVersion(), over: state.latestVersion)
                 lost.fields = [:]
                 if try !remove(layout, id: state.id, versions: lost) {
                     try txn.put(dbs.versions, key: StoreKeys.record(layout.schema.tag, state.id), value: lost.encoded())

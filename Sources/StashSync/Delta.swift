@@ -10,8 +10,9 @@ import Stash
 ///
 /// Binary layout (format 1), all integers little-endian or varint:
 /// ```
-/// "STSD" | format u8 | flags u8 (1 = HMAC, 2 = full snapshot)
+/// "STSD" | format u8 | flags u8 (1 = HMAC, 2 = full snapshot, 4 = addressed)
 /// source site (16) | family id (16) | schema fingerprint (32) | from u64 | to u64 | created (f64 seconds)
+/// [recipient site (16), when addressed]
 /// string table: count, {length, UTF-8} | site table: count, {16 bytes}
 /// entries: count, { type (string #) | id (16) | flags (1 incarnation, 2 tombstone)
 ///                   | [clock, site #] [clock, site #] | field count, {name #, clock, site #, value} }
@@ -23,6 +24,9 @@ public struct Delta: Sendable, Equatable {
     public static let formatVersion: UInt8 = 1
 
     public var source: RecordID
+    /// The one store this delta is for (it leaves out what came from that store), or nil for
+    /// a delta every store may apply (relay).
+    public var recipient: RecordID?
     public var family: RecordID
     public var schemaFingerprint: [UInt8]
     /// The source history range covered: sequence numbers `from...to` (from = to + 1 when empty).
@@ -33,9 +37,10 @@ public struct Delta: Sendable, Equatable {
     public var created: Date
     public var entries: [RecordState]
 
-    public init(source: RecordID, family: RecordID, schemaFingerprint: [UInt8], from: UInt64, to: UInt64,
+    public init(source: RecordID, recipient: RecordID?, family: RecordID, schemaFingerprint: [UInt8], from: UInt64, to: UInt64,
                 isFullSnapshot: Bool, created: Date, entries: [RecordState]) {
         self.source = source
+        self.recipient = recipient
         self.family = family
         self.schemaFingerprint = schemaFingerprint
         self.from = from
@@ -54,13 +59,14 @@ extension Delta {
         var w = DeltaByteWriter()
         w.bytes.append(contentsOf: Self.magic)
         w.bytes.append(Self.formatVersion)
-        w.bytes.append((key != nil ? 1 : 0) | (isFullSnapshot ? 2 : 0))
+        w.bytes.append((key != nil ? 1 : 0) | (isFullSnapshot ? 2 : 0) | (recipient != nil ? 4 : 0))
         w.bytes.append(contentsOf: source.bytes)
         w.bytes.append(contentsOf: family.bytes)
         w.bytes.append(contentsOf: schemaFingerprint.count == 32 ? schemaFingerprint : [UInt8](repeating: 0, count: 32))
         w.fixed(from)
         w.fixed(to)
         w.fixed(created.timeIntervalSince1970.bitPattern)
+        if let recipient { w.bytes.append(contentsOf: recipient.bytes) }
 
         var strings: [String] = [], stringIndex: [String: Int] = [:]
         var sites: [RecordID] = [], siteIndex: [RecordID: Int] = [:]
@@ -155,6 +161,7 @@ extension Delta {
         from = try r.fixed()
         to = try r.fixed()
         created = Date(timeIntervalSince1970: Double(bitPattern: try r.fixed()))
+        recipient = flags & 4 != 0 ? try r.id() : nil
         isFullSnapshot = flags & 2 != 0
         var strings: [String] = []
         for _ in 0..<(try r.count()) {

@@ -183,7 +183,7 @@ public final class SyncEngine: Sendable {
                     if (n + 1) % 10_000 == 0 { report("export", n + 1, keys.count) }
                 }
             }
-            return Delta(source: site, family: family, schemaFingerprint: SchemaFingerprint.of(schema),
+            return Delta(source: site, recipient: full ? nil : peer, family: family, schemaFingerprint: SchemaFingerprint.of(schema),
                          from: full ? 1 : watermark.sentThrough + 1, to: bounds.current.sequence,
                          isFullSnapshot: full, created: store.clock(), entries: entries)
         }
@@ -224,6 +224,9 @@ public final class SyncEngine: Sendable {
         }
         guard delta.source != site else {
             throw SyncError(.ownDelta, "\(name) was exported by this store (\(site)); nothing to import")
+        }
+        if let recipient = delta.recipient, recipient != site {
+            throw SyncError(.wrongRecipient, "\(name) was made for store \(recipient), not this one (\(site)); export a delta for this store's site id")
         }
         if let reason = try incompatibility(delta) {
             guard parking else { return .parked(reason: reason) }

@@ -25,6 +25,8 @@ public struct SyncError: Error, CustomStringConvertible, Sendable {
         public static let disabled = Code("disabled")
         /// The transport could not take or give deltas (full, over quota, unavailable).
         public static let transportFailed = Code("transportFailed")
+        /// The delta was made for another store (it leaves out what that store already has).
+        public static let wrongRecipient = Code("wrongRecipient")
         /// The delta was built against the same store that imports it.
         public static let ownDelta = Code("ownDelta")
     }
