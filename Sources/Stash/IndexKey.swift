@@ -52,6 +52,9 @@ enum IndexComponent {
             }
             written += 1
         }
+        // A component of exactly `maxStringBytes` bytes encodes like every longer value that
+        // shares it (those are cut there): it must be rechecked against the record too.
+        if written == maxStringBytes { key.markLossy() }
         key.append(0)
         key.append(0)
     }
@@ -72,6 +75,9 @@ enum IndexComponent {
             }
             written += 1
         }
+        // A component of exactly `maxStringBytes` bytes encodes like every longer value that
+        // shares it (those are cut there): it must be rechecked against the record too.
+        if written == maxStringBytes { key.markLossy() }
         key.append(0)
         key.append(0)
     }
