@@ -143,19 +143,21 @@ enum QueryPlanner {
                              hasFilter: hasResidual || conditions.count > 1, index: nil, equalityValues: [], lower: nil, upper: nil, lossy: false)
         }
         var best: (score: Int, plan: QueryPlan)?
+        // Conditions an index can answer; the others stay in the filter (`unused` below).
+        let usable = conditions.filter { indexable($0, type) }
         for index in type.indexes {
             var used: [QueryCondition] = []
             var values: [FieldValue] = []
             for field in index.fields {
-                guard let eq = conditions.first(where: { $0.field == field && $0.op == .equal }) else { break }
+                guard let eq = usable.first(where: { $0.field == field && $0.op == .equal }) else { break }
                 used.append(eq)
                 values.append(eq.value)
             }
             var lower: QueryCondition?, upper: QueryCondition?
             if values.count < index.fields.count {
                 let next = index.fields[values.count]
-                lower = conditions.first { $0.field == next && ($0.op == .greater || $0.op == .greaterOrEqual) }
-                upper = conditions.first { $0.field == next && ($0.op == .less || $0.op == .lessOrEqual) }
+                lower = usable.first { $0.field == next && ($0.op == .greater || $0.op == .greaterOrEqual) }
+                upper = usable.first { $0.field == next && ($0.op == .less || $0.op == .lessOrEqual) }
                 if let lower { used.append(lower) }
                 if let upper { used.append(upper) }
             }
@@ -178,6 +180,20 @@ enum QueryPlanner {
         }
         return best?.plan ?? QueryPlan(type: type.name, access: .scan, indexedConditions: [], hasFilter: hasResidual || !conditions.isEmpty,
                                        index: nil, equalityValues: [], lower: nil, upper: nil, lossy: false)
+    }
+
+    /// True when an index key built from `condition.value` finds exactly the matching records:
+    /// the value must have the field's stored kind (`.double(3)` against an int field encodes
+    /// differently from `.int(3)` and would find nothing), a null only answers `==`, and NaN,
+    /// whose key equals itself, equals nothing.
+    static func indexable(_ condition: QueryCondition, _ type: TypeSchema) -> Bool {
+        switch condition.value {
+        case .null: return condition.op == .equal
+        case .double(let d) where d.isNaN: return false
+        default: break
+        }
+        guard let kind = type.field(named: condition.field)?.kind else { return true }
+        return condition.value.kind == kind
     }
 }
 
