@@ -70,6 +70,8 @@ private func numericEqual(_ a: FieldValue, _ b: FieldValue) -> Bool { compare(a,
 /// Orders two values of compatible kinds; nil when they cannot be compared.
 func compare(_ a: FieldValue, _ b: FieldValue) -> Int? {
     func sign<T: Comparable>(_ x: T, _ y: T) -> Int { x < y ? -1 : (x > y ? 1 : 0) }
+    // NaN is unordered: neither less, greater nor equal (`sign` alone would call it equal).
+    func sign(_ x: Double, _ y: Double) -> Int? { x.isNaN || y.isNaN ? nil : (x < y ? -1 : (x > y ? 1 : 0)) }
     switch (a, b) {
     case (.int(let x), .int(let y)): return sign(x, y)
     case (.int(let x), .double(let y)): return sign(Double(x), y)
