@@ -1,0 +1,134 @@
+import Foundation
+import Stash
+import Testing
+
+@Suite struct HistoryBasicsTests {
+    @Test func eachCommittedTransactionAppendsOneEntryWithItsChanges() throws {
+        let dir = TemporaryDirectory()
+        let store = try Store.open(at: dir.path, types: [Home.self, Item.self])
+        #expect(try store.history().isEmpty)
+        #expect(try store.currentToken() == .beginning)
+
+        // 1: one insert.
+        var home = Home(name: "Flat")
+        try store.insert(home)
+        var history = try store.history()
+        #expect(history.count == 1)
+        #expect(history[0].changes.count == 1)
+        let insert = history[0].changes[0]
+        #expect(insert.type == "Home")
+        #expect(insert.id == home.id)
+        #expect(insert.operation == .insert)
+        #expect(Set(insert.fields) == ["name", "createdAt"])
+        #expect(history[0].origin == store.siteID)
+        #expect(history[0].author == nil)
+        #expect(try store.currentToken() == history[0].token)
+
+        // 2: several changes in one transaction, with an author.
+        var item = Item(homeID: home.id, name: "Lamp", category: "light", wearCount: 0, price: 20, note: "new")
+        let other = Item(homeID: home.id, name: "Desk", category: "wood", wearCount: 1, price: 90)
+        home.name = "Flat 2"
+        try store.write(author: "app") { tx in
+            try tx.insert(item)
+            try tx.insert(other)
+            try tx.update(home)
+        }
+        history = try store.history(after: history[0].token)
+        #expect(history.count == 1)
+        let batch = history[0]
+        #expect(batch.author == "app")
+        #expect(batch.changes.map(\.operation) == [.insert, .insert, .update])
+        #expect(batch.changes.map(\.id) == [item.id, other.id, home.id])
+        #expect(Set(batch.changes[0].fields) == ["homeID", "name", "category", "wearCount", "price", "note"])
+        #expect(Set(batch.changes[1].fields) == ["homeID", "name", "category", "wearCount", "price"], "nil fields are not written")
+        #expect(batch.changes[2].fields == ["name"], "an update lists only the changed fields")
+
+        // 3: an update that changes two fields and clears one.
+        item.wearCount = 5
+        item.price = 18.5
+        item.note = nil
+        try store.update(item)
+        let update = try #require(try store.history(after: batch.token).first)
+        #expect(update.changes.count == 1)
+        #expect(update.changes[0].operation == .update)
+        #expect(Set(update.changes[0].fields) == ["wearCount", "price", "note"])
+
+        // 4: a delete lists no fields.
+        try store.delete(Item.self, id: other.id)
+        let delete = try #require(try store.history(after: update.token).first)
+        #expect(delete.changes.count == 1)
+        #expect(delete.changes.first?.operation == .delete)
+        #expect(delete.changes.first?.id == other.id)
+        #expect(delete.changes.first?.type == "Item")
+        #expect(delete.changes.first?.fields == [])
+
+        let all = try store.history()
+        #expect(all.count == 4)
+        #expect(zip(all, all.dropFirst()).allSatisfy { $0.sequence < $1.sequence })
+        #expect(all.allSatisfy { $0.origin == store.siteID })
+        // Type filter and limit.
+        #expect(try store.history(types: ["Home"]).count == 2)
+        #expect(try store.history(types: ["Home"]).allSatisfy { $0.changes.allSatisfy { $0.type == "Home" } })
+        #expect(try store.history(limit: 2).map(\.sequence) == all.prefix(2).map(\.sequence))
+        #expect(try store.verify().isClean)
+    }
+
+    @Test func abortedAndEmptyTransactionsAddNoEntry() throws {
+        let dir = TemporaryDirectory()
+        let store = try Store.open(at: dir.path, types: [Home.self, Item.self])
+        let home = Home(name: "h")
+        try store.insert(home)
+        let token = try store.currentToken()
+        // Thrown midway.
+        #expect(throws: Rollback.self) {
+            try store.write { tx in
+                try tx.insert(Item(homeID: home.id, name: "x", category: "a", wearCount: 0, price: 0))
+                try tx.delete(Home.self, id: home.id)
+                throw Rollback()
+            }
+        }
+        // A store error ends the transaction as well.
+        let duplicate = thrownError { try store.write { tx in
+            try tx.insert(Item(homeID: home.id, name: "y", category: "a", wearCount: 0, price: 0))
+            try tx.insert(home)
+        } } as? StoreError
+        #expect(duplicate?.code == .duplicateID)
+        // No change at all: an empty write, a read-only write, and a no-op upsert.
+        try store.write { _ in }
+        _ = try store.write { tx in try tx.count(Home.self) }
+        try store.upsert(home)
+        #expect(try store.currentToken() == token)
+        #expect(try store.history().count == 1)
+        #expect(try store.count(Item.self) == 0)
+        #expect(try store.get(Home.self, id: home.id) == home)
+    }
+
+    @Test func sequenceNumbersStrictlyIncreaseAcrossReopen() throws {
+        let dir = TemporaryDirectory()
+        var seen: [UInt64] = []
+        var lastToken = HistoryToken.beginning
+        for round in 0..<3 {
+            let store = try Store.open(at: dir.path, types: [Home.self])
+            #expect(try store.currentToken() == lastToken, "round \(round): the token survives reopen")
+            for n in 0..<3 { try store.insert(Home(name: "\(round)-\(n)")) }
+            // An aborted write in between uses no number.
+            _ = thrownError { try store.write { tx in try tx.insert(Home(name: "never")); throw Rollback() } }
+            try store.insert(Home(name: "\(round)-last"))
+            let fresh = try store.history(after: lastToken)
+            #expect(fresh.count == 4, "round \(round)")
+            #expect(fresh.first.map { $0.sequence > lastToken.sequence } == true)
+            seen += fresh.map(\.sequence)
+            lastToken = try store.currentToken()
+            #expect(lastToken == fresh.last?.token)
+        }
+        #expect(seen == Array(1...12), "strictly increasing, no gaps and no reuse: \(seen)")
+        // Tokens persist as Codable and compare by position.
+        let data = try JSONEncoder().encode(lastToken)
+        let decoded = try JSONDecoder().decode(HistoryToken.self, from: data)
+        #expect(decoded == lastToken)
+        #expect(HistoryToken(sequence: 3) < decoded)
+        let store = try Store.open(at: dir.path, types: [Home.self])
+        #expect(try store.history(after: decoded).isEmpty)
+        #expect(try store.history(after: HistoryToken(sequence: 10)).map(\.sequence) == [11, 12])
+    }
+}

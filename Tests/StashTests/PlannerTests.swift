@@ -1,0 +1,481 @@
+import Foundation
+import Stash
+import Testing
+
+/// The planner must never change a result: `fetch` through whatever plan it picks equals the
+/// oracle filtered by the SAME predicate and sorted the same way.
+@Suite struct PlannerTests {
+    /// How a predicate shape is expected to be answered.
+    enum Expect: CustomStringConvertible {
+        case scan
+        case index(String)          // an index (equality or range) of that name
+        case equality(String)       // an index equality on the whole key
+        case range(String)          // an index range (or prefix)
+        case byID
+        var description: String {
+            switch self {
+            case .scan: return "scan"
+            case .index(let n): return "index \(n)"
+            case .equality(let n): return "equality on \(n)"
+            case .range(let n): return "range on \(n)"
+            case .byID: return "by id"
+            }
+        }
+    }
+
+    struct Shape<R: Record> {
+        let name: String
+        let expect: Expect
+        let make: (inout SeededGenerator, [R]) -> Predicate<R>
+    }
+
+    static func checkPlan(_ plan: QueryPlan, _ expect: Expect, _ context: String) {
+        switch expect {
+        case .scan:
+            #expect(plan.access == .scan, "\(context): \(plan)")
+            #expect(!plan.usesIndex, "\(context)")
+        case .byID:
+            if case .recordID = plan.access {} else { Issue.record("\(context): expected a get by id, got \(plan)") }
+            #expect(plan.usesIndex, "\(context)")
+        case .index(let name):
+            #expect(plan.usesIndex, "\(context): \(plan)")
+            switch plan.access {
+            case .indexEquality(let index, _), .indexRange(let index, _, _): #expect(index == name, "\(context): \(plan)")
+            default: Issue.record("\(context): expected index \(name), got \(plan)")
+            }
+        case .equality(let name):
+            if case .indexEquality(let index, _) = plan.access { #expect(index == name, "\(context): \(plan)") }
+            else { Issue.record("\(context): expected equality on \(name), got \(plan)") }
+        case .range(let name):
+            if case .indexRange(let index, _, _) = plan.access { #expect(index == name, "\(context): \(plan)") }
+            else { Issue.record("\(context): expected a range on \(name), got \(plan)") }
+        }
+        if plan.usesIndex { #expect(!plan.indexedConditions.isEmpty, "\(context): \(plan)") }
+    }
+
+    static func pick<T>(_ values: [T], _ rng: inout SeededGenerator) -> T { values.randomElement(using: &rng)! }
+
+    static var itemShapes: [Shape<Item>] { [
+        Shape(name: "homeID ==", expect: .equality("homeID")) { rng, items in
+            let h = pick(items, &rng).homeID
+            return #Predicate<Item> { $0.homeID == h }
+        },
+        Shape(name: "homeID == missing", expect: .equality("homeID")) { _, _ in
+            let h = RecordID()
+            return #Predicate<Item> { $0.homeID == h }
+        },
+        Shape(name: "homeID && category", expect: .equality("homeID+category")) { rng, items in
+            let h = pick(items, &rng).homeID, c = pick(["a", "b", "c", "d"], &rng)
+            return #Predicate<Item> { $0.homeID == h && $0.category == c }
+        },
+        Shape(name: "category && homeID (reversed)", expect: .equality("homeID+category")) { rng, items in
+            let h = pick(items, &rng).homeID, c = pick(["a", "b", "c"], &rng)
+            return #Predicate<Item> { $0.category == c && h == $0.homeID }
+        },
+        Shape(name: "wearCount ==", expect: .equality("wearCount")) { rng, _ in
+            let w = Int.random(in: -1..<9, using: &rng)
+            return #Predicate<Item> { $0.wearCount == w }
+        },
+        Shape(name: "wearCount >", expect: .range("wearCount")) { rng, _ in
+            let w = Int.random(in: -1..<9, using: &rng)
+            return #Predicate<Item> { $0.wearCount > w }
+        },
+        Shape(name: "wearCount >= && <", expect: .range("wearCount")) { rng, _ in
+            let lo = Int.random(in: -1..<9, using: &rng), hi = Int.random(in: -1..<9, using: &rng)
+            return #Predicate<Item> { $0.wearCount >= lo && $0.wearCount < hi }
+        },
+        Shape(name: "wearCount <= && price >", expect: .range("wearCount")) { rng, _ in
+            let hi = Int.random(in: -1..<9, using: &rng), p = pick([-5, 0, 0.5, 5, 9.99], &rng)
+            return #Predicate<Item> { $0.wearCount <= hi && $0.price > p }
+        },
+        Shape(name: "constant < wearCount (flipped)", expect: .range("wearCount")) { rng, _ in
+            let lo = Int.random(in: -1..<9, using: &rng)
+            return #Predicate<Item> { lo < $0.wearCount }
+        },
+        Shape(name: "two lower bounds", expect: .range("wearCount")) { rng, _ in
+            let a = Int.random(in: 0..<8, using: &rng), b = Int.random(in: 0..<8, using: &rng)
+            return #Predicate<Item> { $0.wearCount >= a && $0.wearCount > b }
+        },
+        Shape(name: "price <", expect: .scan) { rng, _ in
+            let p = pick([-5, 0, 0.5, 1, 9.99, 25], &rng)
+            return #Predicate<Item> { $0.price < p }
+        },
+        Shape(name: "price between", expect: .scan) { rng, _ in
+            let lo = pick([-5, 0, 0.5, 1], &rng), hi = pick([0.5, 1, 9.99, 25], &rng)
+            return #Predicate<Item> { $0.price >= lo && $0.price <= hi }
+        },
+        Shape(name: "name ==", expect: .scan) { rng, _ in
+            let n = pick(["lamp", "Lamp", "desk", "nothing"], &rng)
+            return #Predicate<Item> { $0.name == n }
+        },
+        Shape(name: "category == (not a leading index field)", expect: .scan) { rng, _ in
+            let c = pick(["a", "b", "c"], &rng)
+            return #Predicate<Item> { $0.category == c }
+        },
+        Shape(name: "homeID && wearCount >", expect: .index("homeID")) { rng, items in
+            let h = pick(items, &rng).homeID, w = Int.random(in: 0..<8, using: &rng)
+            return #Predicate<Item> { $0.homeID == h && $0.wearCount > w }
+        },
+        Shape(name: "homeID && category && wearCount <=", expect: .equality("homeID+category")) { rng, items in
+            let h = pick(items, &rng).homeID, c = pick(["a", "b", "c"], &rng), w = Int.random(in: 0..<8, using: &rng)
+            return #Predicate<Item> { $0.homeID == h && $0.category == c && $0.wearCount <= w }
+        },
+        Shape(name: "id ==", expect: .byID) { rng, items in
+            let id = pick(items, &rng).id
+            return #Predicate<Item> { $0.id == id }
+        },
+        Shape(name: "id == missing", expect: .byID) { _, _ in
+            let id = RecordID()
+            return #Predicate<Item> { $0.id == id }
+        },
+        Shape(name: "id && wearCount", expect: .byID) { rng, items in
+            let id = pick(items, &rng).id, w = Int.random(in: 0..<8, using: &rng)
+            return #Predicate<Item> { $0.id == id && $0.wearCount >= w }
+        },
+        Shape(name: "disjunction", expect: .scan) { rng, _ in
+            let c = pick(["a", "b", "c"], &rng), w = Int.random(in: 0..<8, using: &rng)
+            return #Predicate<Item> { $0.category == c || $0.wearCount == w }
+        },
+        Shape(name: "homeID && disjunction", expect: .index("homeID")) { rng, items in
+            let h = pick(items, &rng).homeID, c = pick(["a", "b"], &rng), n = pick(["lamp", "rug"], &rng)
+            return #Predicate<Item> { $0.homeID == h && ($0.category == c || $0.name == n) }
+        },
+        Shape(name: "negation", expect: .scan) { rng, items in
+            let h = pick(items, &rng).homeID
+            return #Predicate<Item> { !($0.homeID == h) }
+        },
+        Shape(name: "contradictory homeIDs", expect: .equality("homeID")) { rng, items in
+            let h = pick(items, &rng).homeID, h2 = pick(items, &rng).homeID
+            return #Predicate<Item> { $0.homeID == h && $0.homeID == h2 }
+        },
+        Shape(name: "note == nil", expect: .scan) { _, _ in
+            #Predicate<Item> { $0.note == nil }
+        },
+        Shape(name: "note == worn", expect: .scan) { _, _ in
+            #Predicate<Item> { $0.note == "worn" }
+        },
+        Shape(name: "true", expect: .scan) { _, _ in
+            #Predicate<Item> { _ in true }
+        },
+    ] }
+
+    static let sensors = ["", "a", "a\u{0}b", "ab", "b", "é", String(repeating: "s", count: 130) + "1",
+                          String(repeating: "s", count: 130) + "2", String(repeating: "s", count: 119) + "éé"]
+
+    static var readingShapes: [Shape<Reading>] { [
+        Shape(name: "sensor == (prefix of composite)", expect: .range("sensor+at")) { rng, _ in
+            let s = pick(sensors, &rng)
+            return #Predicate<Reading> { $0.sensor == s }
+        },
+        Shape(name: "sensor == && at range", expect: .range("sensor+at")) { rng, _ in
+            let s = pick(sensors, &rng), a = Int.random(in: -10..<10, using: &rng), b = Int.random(in: -10..<10, using: &rng)
+            return #Predicate<Reading> { $0.sensor == s && $0.at >= a && $0.at < b }
+        },
+        Shape(name: "sensor == && at <=", expect: .range("sensor+at")) { rng, _ in
+            let s = pick(sensors, &rng), a = Int.random(in: -10..<10, using: &rng)
+            return #Predicate<Reading> { $0.sensor == s && $0.at <= a }
+        },
+        Shape(name: "sensor == && at ==", expect: .equality("sensor+at")) { rng, _ in
+            let s = pick(sensors, &rng), a = Int.random(in: -10..<10, using: &rng)
+            return #Predicate<Reading> { $0.sensor == s && $0.at == a }
+        },
+        Shape(name: "at > (not leading)", expect: .scan) { rng, _ in
+            let a = Int.random(in: -10..<10, using: &rng)
+            return #Predicate<Reading> { $0.at > a }
+        },
+        Shape(name: "sensor range", expect: .range("sensor+at")) { rng, _ in
+            let lo = pick(sensors, &rng), hi = pick(sensors, &rng)
+            return #Predicate<Reading> { $0.sensor >= lo && $0.sensor <= hi }
+        },
+        Shape(name: "sensor <", expect: .range("sensor+at")) { rng, _ in
+            let hi = pick(sensors, &rng)
+            return #Predicate<Reading> { $0.sensor < hi }
+        },
+        Shape(name: "sensor >", expect: .range("sensor+at")) { rng, _ in
+            let lo = pick(sensors, &rng)
+            return #Predicate<Reading> { $0.sensor > lo }
+        },
+        Shape(name: "value >", expect: .range("value")) { rng, _ in
+            let v = pick([-2.5, -0.0, 0, 0.1, 1, 3.75, .infinity, -.infinity], &rng)
+            return #Predicate<Reading> { $0.value > v }
+        },
+        Shape(name: "value between", expect: .range("value")) { rng, _ in
+            let lo = pick([-2.5, -0.0, 0, 0.1, 1], &rng), hi = pick([-0.0, 0, 1, 3.75, 100], &rng)
+            return #Predicate<Reading> { $0.value >= lo && $0.value <= hi }
+        },
+        Shape(name: "value ==", expect: .equality("value")) { rng, _ in
+            let v = pick([-2.5, -0.0, 0, 0.1, 1, 3.75], &rng)
+            return #Predicate<Reading> { $0.value == v }
+        },
+        Shape(name: "flag && value <", expect: .range("value")) { rng, _ in
+            let v = pick([-2.5, 0, 1, 3.75], &rng)
+            return #Predicate<Reading> { $0.flag == true && $0.value < v }
+        },
+        Shape(name: "flag ==", expect: .scan) { rng, _ in
+            let f = Bool.random(using: &rng)
+            return #Predicate<Reading> { $0.flag == f }
+        },
+    ] }
+
+    static func randomReading(_ rng: inout SeededGenerator) -> Reading {
+        Reading(sensor: pick(sensors, &rng), at: Int.random(in: -10..<10, using: &rng),
+                value: pick([-2.5, -0.0, 0, 0.1, 1, 3.75, 1e300, -1e300, .infinity, -.infinity], &rng),
+                flag: Bool.random(using: &rng))
+    }
+
+    /// Runs `rounds` random queries of every shape and compares with the oracle.
+    static func compare<R: Record & Equatable>(_ store: Store, _ all: [R], _ shapes: [Shape<R>], sorts: [[SortDescriptor<R>]],
+                                               seed: UInt64, rounds: Int, rng: inout SeededGenerator) throws {
+        for shape in shapes {
+            for round in 0..<rounds {
+                let predicate = shape.make(&rng, all)
+                var descriptor = FetchDescriptor<R>(predicate: predicate, sortBy: pick(sorts, &rng))
+                if Bool.random(using: &rng) { descriptor.fetchLimit = Int.random(in: 0..<25, using: &rng) }
+                if Int.random(in: 0..<4, using: &rng) == 0 { descriptor.fetchOffset = Int.random(in: 0..<5, using: &rng) }
+                let context = "seed \(seed) \(R.self) shape '\(shape.name)' round \(round) (limit \(String(describing: descriptor.fetchLimit)), offset \(String(describing: descriptor.fetchOffset)))"
+                let expectedAll = try all.filter { try predicate.evaluate($0) }
+                let plan = try store.explain(descriptor)
+                checkPlan(plan, shape.expect, context)
+                let got = try store.fetch(descriptor)
+                let offset = descriptor.fetchOffset ?? 0
+                if descriptor.sortBy.isEmpty {
+                    // Unsorted: any `limit` matches are right, but they must be matches, distinct,
+                    // and as many as there are (after the offset).
+                    let expectedCount = max(0, min(descriptor.fetchLimit ?? .max, expectedAll.count - offset))
+                    #expect(got.count == expectedCount, "\(context): \(got.count) results, expected \(expectedCount); plan \(plan)")
+                    let ids = Set(got.map(\.id))
+                    #expect(ids.count == got.count, "\(context): duplicate results")
+                    let byID = Dictionary(uniqueKeysWithValues: expectedAll.map { ($0.id, $0) })
+                    #expect(got.allSatisfy { byID[$0.id] == $0 }, "\(context): a result does not match; plan \(plan)")
+                } else {
+                    let sorted = expectedAll.sorted(using: descriptor.sortBy)
+                    let expected = Array(sorted.dropFirst(offset).prefix(descriptor.fetchLimit ?? .max))
+                    #expect(got == expected, "\(context): got \(got.map(\.id)), expected \(expected.map(\.id)); plan \(plan)")
+                }
+                #expect(try store.fetchCount(descriptor) == expectedAll.count, "\(context): fetchCount; plan \(plan)")
+            }
+        }
+    }
+
+    @Test(arguments: [UInt64(7), 31337])
+    func planResultsEqualOracle(seed: UInt64) throws {
+        let dir = TemporaryDirectory()
+        let store = try Store.open(at: dir.path, types: [Home.self, Item.self, Reading.self])
+        var rng = SeededGenerator(seed: seed)
+        let homes = (0..<4).map { Home(name: "home \($0)") }
+        var items: [Item] = []
+        var readings: [Reading] = []
+        try store.write { tx in
+            items = []; readings = []
+            var local = SeededGenerator(seed: seed &+ 1)
+            for home in homes { try tx.insert(home) }
+            for _ in 0..<300 {
+                let item = Item.random(homes: homes.map(\.id), using: &local)
+                try tx.insert(item)
+                items.append(item)
+            }
+            for _ in 0..<300 {
+                let reading = Self.randomReading(&local)
+                try tx.insert(reading)
+                readings.append(reading)
+            }
+        }
+        // Some churn so that index entries have been moved and deleted, not just appended.
+        try store.write { tx in
+            for i in stride(from: 0, to: 300, by: 7) {
+                items[i].wearCount = (items[i].wearCount + 3) % 8
+                items[i].homeID = homes[i % 4].id
+                try tx.update(items[i])
+                readings[i].sensor = Self.sensors[i % Self.sensors.count]
+                readings[i].value = -readings[i].value
+                try tx.update(readings[i])
+            }
+        }
+        try store.write { tx in
+            for i in stride(from: 299, to: 0, by: -11) {
+                try tx.delete(Item.self, id: items[i].id)
+                try tx.delete(Reading.self, id: readings[i].id)
+                items.remove(at: i)
+                readings.remove(at: i)
+            }
+        }
+        #expect(try store.verify().isClean)
+        let itemSorts: [[SortDescriptor<Item>]] = [
+            [],
+            [SortDescriptor(\.wearCount), SortDescriptor(\.id)],
+            [SortDescriptor(\.price, order: .reverse), SortDescriptor(\.id)],
+            [SortDescriptor(\.name), SortDescriptor(\.wearCount, order: .reverse), SortDescriptor(\.id, order: .reverse)],
+        ]
+        let readingSorts: [[SortDescriptor<Reading>]] = [
+            [],
+            [SortDescriptor(\.value), SortDescriptor(\.id)],
+            [SortDescriptor(\.sensor), SortDescriptor(\.at), SortDescriptor(\.id)],
+        ]
+        try Self.compare(store, items, Self.itemShapes, sorts: itemSorts, seed: seed, rounds: 6, rng: &rng)
+        try Self.compare(store, readings, Self.readingShapes, sorts: readingSorts, seed: seed, rounds: 6, rng: &rng)
+        // No predicate at all: everything, sorted.
+        let everything = try store.fetch(FetchDescriptor<Item>(sortBy: [SortDescriptor(\.id)]))
+        #expect(everything == items.sorted { $0.id < $1.id })
+        #expect(try store.fetchCount(FetchDescriptor<Item>()) == items.count)
+    }
+
+    /// The generic (schema-driven) path: `fetch(typeNamed:where:)` and `count(typeNamed:where:)`
+    /// with ``QueryCondition``s, against an oracle evaluated on the typed records.
+    @Test(arguments: [UInt64(5), 99])
+    func genericConditionsEqualOracle(seed: UInt64) throws {
+        let dir = TemporaryDirectory()
+        let store = try Store.open(at: dir.path, types: [Home.self, Item.self])
+        var rng = SeededGenerator(seed: seed)
+        let homes = (0..<3).map { _ in RecordID() }
+        var items: [Item] = []
+        try store.write { tx in
+            items = []
+            var local = SeededGenerator(seed: seed &* 3)
+            for _ in 0..<250 {
+                let item = Item.random(homes: homes, using: &local)
+                try tx.insert(item)
+                items.append(item)
+            }
+        }
+        func value(_ item: Item, _ field: String) -> FieldValue {
+            switch field {
+            case "id": return .uuid(item.id.uuid)
+            case "homeID": return .uuid(item.homeID.uuid)
+            case "category": return .string(item.category)
+            case "name": return .string(item.name)
+            case "wearCount": return .int(Int64(item.wearCount))
+            case "price": return .double(item.price)
+            default: fatalError(field)
+            }
+        }
+        func holds(_ item: Item, _ c: QueryCondition) -> Bool {
+            let v = value(item, c.field)
+            let order: Int
+            switch (v, c.value) {
+            case (.int(let a), .int(let b)): order = a < b ? -1 : (a > b ? 1 : 0)
+            case (.double(let a), .double(let b)): order = a < b ? -1 : (a > b ? 1 : 0)
+            case (.string(let a), .string(let b)): order = a < b ? -1 : (a > b ? 1 : 0)
+            case (.uuid(let a), .uuid(let b)):
+                guard c.op == .equal else { return false }
+                order = a == b ? 0 : 1
+            default: fatalError("\(v) vs \(c.value)")
+            }
+            switch c.op {
+            case .equal: return order == 0
+            case .less: return order < 0
+            case .lessOrEqual: return order <= 0
+            case .greater: return order > 0
+            case .greaterOrEqual: return order >= 0
+            }
+        }
+        let ops: [QueryCondition.Operator] = [.equal, .less, .lessOrEqual, .greater, .greaterOrEqual]
+        func randomCondition() -> QueryCondition {
+            switch Int.random(in: 0..<6, using: &rng) {
+            case 0: return QueryCondition(field: "homeID", op: .equal, value: .uuid(Self.pick(homes + [RecordID()], &rng).uuid))
+            case 1: return QueryCondition(field: "category", op: Self.pick([.equal, .less, .greaterOrEqual], &rng), value: .string(Self.pick(["a", "b", "c"], &rng)))
+            case 2: return QueryCondition(field: "wearCount", op: Self.pick(ops, &rng), value: .int(Int64.random(in: -1..<9, using: &rng)))
+            case 3: return QueryCondition(field: "price", op: Self.pick(ops, &rng), value: .double(Self.pick([-3.25, 0, 0.5, 1, 9.99, 20], &rng)))
+            case 4: return QueryCondition(field: "name", op: .equal, value: .string(Self.pick(["lamp", "desk", "Lamp"], &rng)))
+            default: return QueryCondition(field: "id", op: .equal, value: .uuid(Self.pick(items, &rng).id.uuid))
+            }
+        }
+        for round in 0..<150 {
+            let conditions = (0..<Int.random(in: 1...3, using: &rng)).map { _ in randomCondition() }
+            let context = "seed \(seed) round \(round): \(conditions)"
+            let expected = Set(items.filter { item in conditions.allSatisfy { holds(item, $0) } }.map(\.id))
+            let (got, count, plan) = try store.read { s throws in
+                (try s.fetch(typeNamed: "Item", where: conditions), try s.count(typeNamed: "Item", where: conditions),
+                 try s.explain(typeNamed: "Item", where: conditions))
+            }
+            #expect(Set(got.map(\.id)) == expected, "\(context); plan \(plan)")
+            #expect(got.count == expected.count, "\(context): duplicates")
+            #expect(count == expected.count, "\(context): count; plan \(plan)")
+            let indexable = conditions.contains { c in
+                c.field == "id" || c.field == "homeID" || (c.field == "wearCount")
+            }
+            #expect(plan.usesIndex == indexable, "\(context): \(plan)")
+            // Generic records carry the same field values as the typed ones.
+            for record in got.prefix(3) {
+                let item = items.first { $0.id == record.id }!
+                for field in ["homeID", "category", "name", "wearCount", "price"] {
+                    #expect(record.fields[field] == value(item, field), "\(context): \(field)")
+                }
+            }
+        }
+        // A limit cuts the generic fetch.
+        let all = [QueryCondition(field: "wearCount", op: .greaterOrEqual, value: .int(0))]
+        #expect(try store.read { try $0.fetch(typeNamed: "Item", where: all, limit: 10) }.count == 10)
+        // An unknown field is a clear error, not an empty result.
+        let error = thrownError { _ = try store.read { try $0.count(typeNamed: "Item", where: [QueryCondition(field: "colour", op: .equal, value: .string("red"))]) } } as? StoreError
+        #expect(error?.code == .unknownField)
+        #expect(error?.message.contains("colour") == true)
+    }
+
+    /// A generic condition whose value kind differs from the field's kind (a JSON number
+    /// `3.0` against an int field) must give the same answer through an index as a scan does.
+    @Test func genericConditionWithOtherNumericKind() throws {
+        let dir = TemporaryDirectory()
+        let store = try Store.open(at: dir.path, types: [Home.self, Item.self])
+        let home = RecordID()
+        try store.write { tx in
+            for w in 0..<6 { for _ in 0...w { try tx.insert(Item(homeID: home, name: "n", category: "a", wearCount: w, price: Double(w))) } }
+        }
+        try store.read { s throws in
+            let asInt = try s.count(typeNamed: "Item", where: [QueryCondition(field: "wearCount", op: .equal, value: .int(3))])
+            #expect(asInt == 4)
+            let asDouble = try s.count(typeNamed: "Item", where: [QueryCondition(field: "wearCount", op: .equal, value: .double(3))])
+            #expect(asDouble == 4, "wearCount == 3.0 should count the four items with wearCount 3")
+            #expect(try s.fetch(typeNamed: "Item", where: [QueryCondition(field: "wearCount", op: .equal, value: .double(3))]).count == 4)
+            let above = try s.fetch(typeNamed: "Item", where: [QueryCondition(field: "wearCount", op: .greater, value: .double(3.5))])
+            #expect(above.count == 5 + 6, "wearCount > 3.5")
+            let below = try s.count(typeNamed: "Item", where: [QueryCondition(field: "wearCount", op: .less, value: .double(1.5))])
+            #expect(below == 1 + 2, "wearCount < 1.5")
+            // And an int against the double field price (no index: a scan).
+            #expect(try s.count(typeNamed: "Item", where: [QueryCondition(field: "price", op: .equal, value: .int(2))]) == 3)
+        }
+    }
+
+    /// NaN equals nothing, although its index key equals itself: an indexed `== .nan` must
+    /// not count the NaN records, and ranges must not return them.
+    @Test func nanIsNeverEqualThroughAnIndex() throws {
+        let dir = TemporaryDirectory()
+        let store = try Store.open(at: dir.path, types: [Reading.self])
+        let values: [Double] = [.nan, .nan, 1, -1, .infinity, -.infinity, 0]
+        try store.write { tx in
+            for (n, v) in values.enumerated() { try tx.insert(Reading(sensor: "s", at: n, value: v, flag: false)) }
+        }
+        let nan = Double.nan
+        let equal = FetchDescriptor<Reading>(predicate: #Predicate { $0.value == nan })
+        #expect(try store.fetch(equal).isEmpty)
+        #expect(try store.fetchCount(equal) == 0)
+        let above = FetchDescriptor<Reading>(predicate: #Predicate { $0.value > 0 })
+        #expect(try store.fetchCount(above) == 2)
+        #expect(Set(try store.fetch(above).map(\.value)) == [1, .infinity])
+        let below = FetchDescriptor<Reading>(predicate: #Predicate { $0.value <= 0 })
+        #expect(try store.fetchCount(below) == 3)
+        #expect(try store.explain(above).usesIndex)
+        let generic = try store.read { try $0.count(typeNamed: "Reading", where: [QueryCondition(field: "value", op: .equal, value: .double(.nan))]) }
+        #expect(generic == 0)
+    }
+
+    /// The O(1) count path is used only when it is exact.
+    @Test func exactIndexCountsAndExplainText() throws {
+        let dir = TemporaryDirectory()
+        let store = try Store.open(at: dir.path, types: [Home.self, Item.self])
+        let home = Home(name: "h")
+        try store.insert(home)
+        let hid = home.id
+        let equality = FetchDescriptor<Item>(predicate: #Predicate { $0.homeID == hid })
+        let plan = try store.explain(equality)
+        #expect(plan.isExactIndexCount)
+        #expect(!plan.hasFilter)
+        #expect(plan.description.contains("homeID"))
+        let filtered = try store.explain(FetchDescriptor<Item>(predicate: #Predicate { $0.homeID == hid && $0.price > 1 }))
+        #expect(!filtered.isExactIndexCount)
+        #expect(filtered.hasFilter)
+        #expect(filtered.description.contains("filter"))
+        let scan = try store.explain(FetchDescriptor<Item>(predicate: #Predicate { $0.price > 1 }))
+        #expect(scan.access == .scan)
+        #expect(scan.description.contains("scan"))
+    }
+}

@@ -1,0 +1,295 @@
+import Foundation
+import Stash
+import Synchronization
+import Testing
+
+// Versions of one stored type, "Garment", as an app's code evolves.
+
+struct GarmentV1: Record, Equatable {
+    static var recordType: String { "Garment" }
+    var id = RecordID()
+    var name: String
+    var size: Int
+}
+
+/// Gained an optional field.
+struct GarmentWithColor: Record, Equatable {
+    static var recordType: String { "Garment" }
+    var id = RecordID()
+    var name: String
+    var size: Int
+    var color: String?
+}
+
+/// Gained a non-optional field, with a default for stored records.
+struct GarmentWithRating: Record, Equatable {
+    static var recordType: String { "Garment" }
+    var id = RecordID()
+    var name: String
+    var size: Int
+    var rating: Int
+    static var fieldDefaults: [String: FieldValue] { ["rating": .int(3)] }
+}
+
+/// Gained a non-optional field without a default: refused while records exist.
+struct GarmentWithRatingNoDefault: Record, Equatable {
+    static var recordType: String { "Garment" }
+    var id = RecordID()
+    var name: String
+    var size: Int
+    var rating: Int
+}
+
+/// Lost a field.
+struct GarmentNameOnly: Record, Equatable {
+    static var recordType: String { "Garment" }
+    var id = RecordID()
+    var name: String
+}
+
+/// Gained an index.
+struct GarmentIndexed: Record, Equatable {
+    static var recordType: String { "Garment" }
+    var id = RecordID()
+    var name: String
+    var size: Int
+    static let indexes: [RecordIndex<GarmentIndexed>] = [.index(\.size), .index(\.name, \.size)]
+}
+
+/// Changed a field's kind.
+struct GarmentSizeAsText: Record, Equatable {
+    static var recordType: String { "Garment" }
+    var id = RecordID()
+    var name: String
+    var size: String
+}
+
+/// Wardrobe app: images named by file, then stored inside the record.
+struct PhotoV1: Record, Equatable {
+    static var recordType: String { "Photo" }
+    var id = RecordID()
+    var title: String
+    var imageFileName: String
+}
+
+struct PhotoV2: Record, Equatable {
+    static var recordType: String { "Photo" }
+    var id = RecordID()
+    var title: String
+    var imageData: Data
+}
+
+/// Counts calls from `@Sendable` closures.
+final class CallCounter: Sendable {
+    private let value = Mutex(0)
+    func increment() { value.withLock { $0 += 1 } }
+    var count: Int { value.withLock { $0 } }
+}
+
+final class ProgressLog: Sendable {
+    private let list = Mutex<[StoreProgress]>([])
+    func add(_ p: StoreProgress) { list.withLock { $0.append(p) } }
+    var all: [StoreProgress] { list.withLock { $0 } }
+}
+
+@Suite struct SchemaEvolutionTests {
+    /// Writes `n` V1 garments and returns them.
+    static func seed(_ path: String, _ n: Int) throws -> [GarmentV1] {
+        let store = try Store.open(at: path, types: [GarmentV1.self])
+        let garments = (0..<n).map { GarmentV1(name: "garment \($0)", size: $0 % 5) }
+        try store.write { tx in for g in garments { try tx.insert(g) } }
+        return garments
+    }
+
+    @Test func gainedOptionalFieldReadsNil() throws {
+        let dir = TemporaryDirectory()
+        let old = try Self.seed(dir.path, 10)
+        let store = try Store.open(at: dir.path, types: [GarmentWithColor.self])
+        for g in old {
+            #expect(try store.get(GarmentWithColor.self, id: g.id) == GarmentWithColor(id: g.id, name: g.name, size: g.size, color: nil))
+        }
+        var painted = try #require(try store.get(GarmentWithColor.self, id: old[0].id))
+        painted.color = "teal"
+        try store.update(painted)
+        #expect(try store.get(GarmentWithColor.self, id: old[0].id)?.color == "teal")
+        // The old type still reads everything (the extra field is ignored).
+        #expect(try store.get(GarmentV1.self, id: old[0].id) == old[0])
+        #expect(try store.count(GarmentWithColor.self) == 10)
+        #expect(try store.verify().isClean)
+    }
+
+    @Test func gainedFieldWithDefaultAppliesOnRead() throws {
+        let dir = TemporaryDirectory()
+        let old = try Self.seed(dir.path, 10)
+        let store = try Store.open(at: dir.path, types: [GarmentWithRating.self])
+        for g in old {
+            #expect(try store.get(GarmentWithRating.self, id: g.id) == GarmentWithRating(id: g.id, name: g.name, size: g.size, rating: 3))
+        }
+        let fresh = GarmentWithRating(name: "new", size: 1, rating: 5)
+        try store.insert(fresh)
+        #expect(try store.get(GarmentWithRating.self, id: fresh.id)?.rating == 5)
+        // The generic view applies the default too.
+        let generic = try store.read { try $0.get(typeNamed: "Garment", id: old[1].id) }
+        #expect(generic?.fields["rating"] == .int(3))
+        // Predicates see the defaulted value.
+        let rated = try store.fetch(FetchDescriptor<GarmentWithRating>(predicate: #Predicate { $0.rating == 3 }))
+        #expect(rated.count == 10)
+        #expect(try store.verify().isClean)
+    }
+
+    @Test func gainedNonOptionalFieldWithoutDefaultIsRefused() throws {
+        let dir = TemporaryDirectory()
+        _ = try Self.seed(dir.path, 3)
+        let error = thrownError { _ = try Store.open(at: dir.path, types: [GarmentWithRatingNoDefault.self]) } as? StoreError
+        #expect(error?.code == .incompatibleSchema)
+        #expect(error?.message.contains("Garment") == true)
+        #expect(error?.message.contains("rating") == true, "\(String(describing: error))")
+        // An empty store may add it freely.
+        let empty = TemporaryDirectory()
+        let store = try Store.open(at: empty.path, types: [GarmentWithRatingNoDefault.self])
+        try store.insert(GarmentWithRatingNoDefault(name: "x", size: 1, rating: 2))
+    }
+
+    @Test func lostFieldStillReads() throws {
+        let dir = TemporaryDirectory()
+        let old = try Self.seed(dir.path, 10)
+        let store = try Store.open(at: dir.path, types: [GarmentNameOnly.self])
+        for g in old { #expect(try store.get(GarmentNameOnly.self, id: g.id) == GarmentNameOnly(id: g.id, name: g.name)) }
+        #expect(try store.fetch(FetchDescriptor<GarmentNameOnly>(predicate: #Predicate { $0.name == "garment 4" })).map(\.id) == [old[4].id])
+        // New records without the field, and updates that drop it.
+        try store.insert(GarmentNameOnly(name: "slim"))
+        try store.update(GarmentNameOnly(id: old[0].id, name: "renamed"))
+        #expect(try store.count(GarmentNameOnly.self) == 11)
+        #expect(try store.get(GarmentNameOnly.self, id: old[0].id)?.name == "renamed")
+        #expect(try store.verify().isClean)
+    }
+
+    @Test func addedIndexIsBackfilledWithProgress() throws {
+        let dir = TemporaryDirectory()
+        let old = try Self.seed(dir.path, 250)
+        let log = ProgressLog()
+        var options = StoreOptions()
+        options.progress = { log.add($0) }
+        let store = try Store.open(at: dir.path, types: [GarmentIndexed.self], options: options)
+        let progress = log.all
+        #expect(!progress.isEmpty, "progress was reported")
+        #expect(progress.contains { $0.total == 250 && $0.done == 250 }, "\(progress)")
+        #expect(progress.allSatisfy { $0.done <= $0.total })
+        let bySize = try store.index(\GarmentIndexed.size)
+        for size in 0..<6 {
+            let expected = old.count { $0.size == size }
+            #expect(try store.count(bySize, equals: size) == expected, "size \(size)")
+            #expect(try store.count(GarmentIndexed.self, where: \.size, equals: size) == expected)
+        }
+        let plan = try store.explain(FetchDescriptor<GarmentIndexed>(predicate: #Predicate { $0.size == 2 }))
+        #expect(plan.usesIndex, "\(plan)")
+        let composite = try store.fetch(FetchDescriptor<GarmentIndexed>(predicate: #Predicate { $0.name == "garment 7" && $0.size == 2 }))
+        #expect(composite.map(\.id) == [old[7].id])
+        let report = try store.verify()
+        #expect(report.isClean, "\(report)")
+        #expect(report.indexEntriesChecked == 2 * 250)
+        // Writes after the backfill keep the new index exact.
+        try store.insert(GarmentIndexed(name: "new", size: 2))
+        #expect(try store.count(bySize, equals: 2) == old.count { $0.size == 2 } + 1)
+        // Reopening with the same declaration does not backfill again.
+        let again = ProgressLog()
+        var quiet = StoreOptions()
+        quiet.progress = { again.add($0) }
+        _ = try Store.open(at: dir.path, types: [GarmentIndexed.self], options: quiet)
+        #expect(again.all.isEmpty, "\(again.all)")
+        // Dropping the indexes (reopening with the old type) removes their entries.
+        let plain = try Store.open(at: dir.path, types: [GarmentV1.self])
+        #expect(try plain.statistics().databases["index"]?.entries == 0, "no index entries are left behind")
+        #expect(try plain.verify().isClean)
+        #expect((thrownError { _ = try plain.index(\GarmentV1.size) } as? StoreError)?.code == .noSuchIndex)
+        #expect(try plain.count(GarmentV1.self, where: \.size, equals: 2) == old.count { $0.size == 2 } + 1)
+    }
+
+    @Test func changedKindWithoutMigrationIsRefusedAndChangesNothing() throws {
+        let dir = TemporaryDirectory()
+        let old = try Self.seed(dir.path, 10)
+        let before = try Store.open(at: dir.path, types: [GarmentV1.self]).schema
+        let error = thrownError { _ = try Store.open(at: dir.path, types: [GarmentSizeAsText.self]) } as? StoreError
+        #expect(error?.code == .incompatibleSchema)
+        let message = error?.message ?? ""
+        #expect(message.contains("Garment"), "\(message)")
+        #expect(message.contains("size"), "\(message)")
+        // The failed open changed nothing.
+        let store = try Store.open(at: dir.path, types: [GarmentV1.self])
+        #expect(store.schema == before)
+        #expect(try store.fetch(FetchDescriptor<GarmentV1>(sortBy: [SortDescriptor(\.id)])) == old.sorted { $0.id < $1.id })
+        #expect(try store.verify().isClean)
+        // Writing a value of the wrong kind through the generic path is refused as well.
+        let wrong = GenericRecord(type: "Garment", id: RecordID(), fields: ["name": .string("x"), "size": .string("large")])
+        let putError = thrownError { try store.write { try $0.put(wrong) } } as? StoreError
+        #expect(putError?.code == .incompatibleSchema)
+        #expect(putError?.message.contains("size") == true)
+        #expect(try store.count(GarmentV1.self) == 10)
+    }
+
+    @Test func migrationDropsAndAddsAFieldOnce() throws {
+        let dir = TemporaryDirectory()
+        let photos = (0..<20).map { PhotoV1(title: "photo \($0)", imageFileName: "img\($0).jpg") }
+        do {
+            let store = try Store.open(at: dir.path, types: [PhotoV1.self])
+            try store.write { tx in for p in photos { try tx.insert(p) } }
+            #expect(store.schema.version == 0)
+        }
+        let runs = CallCounter()
+        let migration = Migration(version: 1, type: "Photo") { record in
+            runs.increment()
+            guard case .string(let name)? = record.fields.removeValue(forKey: "imageFileName") else {
+                throw StoreError(.invalidValue, "no imageFileName")
+            }
+            record.fields["imageData"] = .bytes(Data("bytes of \(name)".utf8))
+        }
+        var options = StoreOptions()
+        options.migrations = [migration]
+        let tokenBefore: HistoryToken
+        do {
+            let store = try Store.open(at: dir.path, types: [PhotoV2.self], options: options)
+            #expect(runs.count == photos.count)
+            #expect(store.schema.version == 1)
+            for p in photos {
+                let migrated = try store.get(PhotoV2.self, id: p.id)
+                #expect(migrated == PhotoV2(id: p.id, title: p.title, imageData: Data("bytes of \(p.imageFileName)".utf8)))
+                let generic = try store.read { try $0.get(typeNamed: "Photo", id: p.id) }
+                #expect(generic?.fields["imageFileName"] == nil, "the dropped field is gone from the stored record")
+            }
+            #expect(try store.count(PhotoV2.self) == photos.count)
+            #expect(try store.verify().isClean)
+            let migrationEntries = try store.history().filter { $0.author == "migration" }
+            #expect(migrationEntries.count == 1)
+            #expect(migrationEntries.first?.changes.count == photos.count)
+            #expect(migrationEntries.first?.changes.allSatisfy { $0.operation == .update } == true)
+            tokenBefore = try store.currentToken()
+        }
+        // Reopening does not run it again, and changes nothing.
+        let store = try Store.open(at: dir.path, types: [PhotoV2.self], options: options)
+        #expect(runs.count == photos.count)
+        #expect(store.schema.version == 1)
+        #expect(try store.currentToken() == tokenBefore)
+        #expect(try store.get(PhotoV2.self, id: photos[3].id)?.imageData == Data("bytes of img3.jpg".utf8))
+    }
+
+    @Test func failingMigrationChangesNothing() throws {
+        let dir = TemporaryDirectory()
+        let photos = (0..<5).map { PhotoV1(title: "photo \($0)", imageFileName: "img\($0).jpg") }
+        do {
+            let store = try Store.open(at: dir.path, types: [PhotoV1.self])
+            try store.write { tx in for p in photos { try tx.insert(p) } }
+        }
+        var options = StoreOptions()
+        options.migrations = [Migration(version: 1, type: "Photo") { record in
+            if record.fields["title"] == .string("photo 3") { throw StoreError(.invalidValue, "cannot convert") }
+            record.fields["imageFileName"] = nil
+            record.fields["imageData"] = .bytes(Data([1, 2, 3]))
+        }]
+        let error = thrownError { _ = try Store.open(at: dir.path, types: [PhotoV2.self], options: options) } as? StoreError
+        #expect(error?.code == .incompatibleSchema)
+        #expect(error?.message.contains("Photo") == true)
+        let store = try Store.open(at: dir.path, types: [PhotoV1.self])
+        #expect(store.schema.version == 0)
+        for p in photos { #expect(try store.get(PhotoV1.self, id: p.id) == p) }
+    }
+}

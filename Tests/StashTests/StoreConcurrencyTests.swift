@@ -1,0 +1,128 @@
+import Foundation
+import Stash
+import Testing
+
+@Suite struct StoreConcurrencyTests {
+    /// One writer commits batches (inserts, moves between homes, deletes); readers on other
+    /// threads check, inside each snapshot, that every way of counting agrees:
+    /// `count(T)`, the per-home index counts, the index handle, `fetchCount`, and a fetch.
+    @Test func readersSeeConsistentCountsWhileOneWriterCommits() throws {
+        let dir = TemporaryDirectory()
+        let store = try Store.open(at: dir.path, types: [Home.self, Item.self])
+        let homes = (0..<4).map { Home(name: "home \($0)") }
+        try store.write { tx in for h in homes { try tx.insert(h) } }
+        let homeIDs = homes.map(\.id)
+        let failures = Failures()
+        let done = DoneFlag()
+        let batches = 60
+        let snapshotsChecked = Failures()
+        onThreads(5) { thread in
+            if thread == 0 {
+                defer { done.set() }
+                var rng = SeededGenerator(seed: 77)
+                var live: [RecordID] = []
+                do {
+                    for batch in 0..<batches {
+                        try store.write { tx in
+                            for _ in 0..<8 {
+                                let item = Item.random(homes: homeIDs, using: &rng)
+                                try tx.insert(item)
+                                live.append(item.id)
+                            }
+                            // Move two items to another home and delete one.
+                            for _ in 0..<2 {
+                                if let id = live.randomElement(using: &rng) {
+                                    try tx.update(Item.self, id: id) { $0.homeID = homeIDs.randomElement(using: &rng)!; $0.wearCount = batch % 8 }
+                                }
+                            }
+                            if let i = live.indices.randomElement(using: &rng) { try tx.delete(Item.self, id: live.remove(at: i)) }
+                        }
+                    }
+                } catch { failures.add("writer: \(error)") }
+                return
+            }
+            let byHome: IndexHandle<Item, RecordID>
+            do { byHome = try store.index(\Item.homeID) } catch { failures.add("\(error)"); return }
+            var last = 0
+            var checked = 0
+            while !done.isSet || checked < 10 {
+                do {
+                    try store.read { s in
+                        let total = try s.count(Item.self)
+                        if total < last { failures.add("reader \(thread): count went back from \(last) to \(total)") }
+                        last = total
+                        var sum = 0, handleSum = 0
+                        for home in homeIDs {
+                            sum += try s.count(Item.self, where: \.homeID, equals: home)
+                            handleSum += try s.count(byHome, equals: home)
+                        }
+                        if sum != total || handleSum != total { failures.add("reader \(thread): total \(total), per home \(sum), handle \(handleSum)") }
+                        let wearTotal = try (0..<8).reduce(0) { $0 + (try s.count(Item.self, where: \.wearCount, equals: $1)) }
+                        if wearTotal != total { failures.add("reader \(thread): per wearCount \(wearTotal) vs \(total)") }
+                        if thread % 2 == 0 {
+                            let home = homeIDs[checked % homeIDs.count]
+                            let fetched = try s.fetch(FetchDescriptor<Item>(predicate: #Predicate { $0.homeID == home }))
+                            let counted = try s.fetchCount(FetchDescriptor<Item>(predicate: #Predicate { $0.homeID == home }))
+                            let indexed = try s.count(Item.self, where: \.homeID, equals: home)
+                            if fetched.count != counted || counted != indexed || fetched.contains(where: { $0.homeID != home }) {
+                                failures.add("reader \(thread): fetch \(fetched.count), fetchCount \(counted), index \(indexed)")
+                            }
+                        } else {
+                            let all = try s.fetch(FetchDescriptor<Item>())
+                            if all.count != total { failures.add("reader \(thread): fetch all \(all.count) vs count \(total)") }
+                        }
+                    }
+                    checked += 1
+                } catch { failures.add("reader \(thread): \(error)") }
+            }
+            snapshotsChecked.add("\(checked)")
+        }
+        #expect(failures.all.isEmpty, "\(failures.all.prefix(10))")
+        #expect(snapshotsChecked.all.count == 4)
+        #expect(try store.count(Item.self) == batches * 7)
+        let report = try store.verify()
+        #expect(report.isClean, "\(report)")
+        #expect(try store.history().count == 1 + batches)
+    }
+
+    /// Several threads writing through one `Store` are serialized: nothing is lost.
+    @Test func concurrentWritersLoseNothing() throws {
+        let dir = TemporaryDirectory()
+        let store = try Store.open(at: dir.path, types: [Home.self, Item.self])
+        let home = Home(name: "shared")
+        try store.insert(home)
+        let failures = Failures()
+        onThreads(4) { thread in
+            for n in 0..<25 {
+                do {
+                    try store.write { tx in
+                        try tx.insert(Item(homeID: home.id, name: "t\(thread)-\(n)", category: "c\(thread)", wearCount: n % 8, price: 1))
+                        // Read-modify-write of a shared record: lost updates would show.
+                        try tx.update(Home.self, id: home.id) { $0.name = String((Int($0.name) ?? 0) + 1) }
+                    }
+                } catch { failures.add("writer \(thread): \(error)") }
+            }
+        }
+        #expect(failures.all.isEmpty, "\(failures.all.prefix(5))")
+        #expect(try store.count(Item.self) == 100)
+        #expect(try store.count(Item.self, where: \.homeID, equals: home.id) == 100)
+        #expect(try store.get(Home.self, id: home.id)?.name == "100")
+        #expect(try store.verify().isClean)
+    }
+
+    /// A nested write through the store on the same thread is reported, not a deadlock.
+    @Test func nestedStoreWriteIsAnError() throws {
+        let dir = TemporaryDirectory()
+        let store = try Store.open(at: dir.path, types: [Home.self])
+        var inner: (any Error)?
+        try store.write { tx in
+            try tx.insert(Home(name: "outer"))
+            inner = thrownError { try store.insert(Home(name: "inner")) }
+        }
+        let error = inner as? StoreError
+        #expect(error?.code == .storage, "\(String(describing: inner))")
+        #expect(error?.message.contains("nested") == true, "\(String(describing: inner))")
+        #expect(try store.count(Home.self) == 1)
+        #expect(try store.fetch(FetchDescriptor<Home>()).map(\.name) == ["outer"])
+    }
+}

@@ -1,0 +1,158 @@
+import Foundation
+import Stash
+import Testing
+
+/// A type with a plain index declared before its unique one, so that a unique violation is
+/// found after the plain index has already been visited.
+struct Account: Record, Equatable {
+    var id = RecordID()
+    var team: String
+    var handle: String
+    static let indexes: [RecordIndex<Account>] = [.index(\.team), .unique(\.handle)]
+}
+
+@Suite struct UniqueIndexTests {
+    @Test func duplicateInsertNamesTypeFieldAndValue() throws {
+        let dir = TemporaryDirectory()
+        let store = try Store.open(at: dir.path, types: [UserProfile.self])
+        let ada = UserProfile(email: "ada@example.com", displayName: "Ada")
+        try store.insert(ada)
+        let copycat = UserProfile(email: "ada@example.com", displayName: "Not Ada")
+        let error = thrownError { try store.insert(copycat) } as? StoreError
+        #expect(error?.code == .uniqueViolation)
+        let message = error?.message ?? ""
+        #expect(message.contains("UserProfile"), "\(message)")
+        #expect(message.contains("email"), "\(message)")
+        #expect(message.contains("ada@example.com"), "\(message)")
+        #expect(try store.count(UserProfile.self) == 1)
+        #expect(try store.get(UserProfile.self, id: copycat.id) == nil)
+        // Upsert of a different record with the same value is refused as well.
+        #expect((thrownError { try store.upsert(copycat) } as? StoreError)?.code == .uniqueViolation)
+        #expect(try store.count(UserProfile.self, where: \.email, equals: "ada@example.com") == 1)
+        #expect(try store.verify().isClean)
+    }
+
+    @Test func updatingTheSameRecordKeepsIt() throws {
+        let dir = TemporaryDirectory()
+        let store = try Store.open(at: dir.path, types: [UserProfile.self])
+        var ada = UserProfile(email: "ada@example.com", displayName: "Ada")
+        let bob = UserProfile(email: "bob@example.com", displayName: "Bob")
+        try store.insert(ada)
+        try store.insert(bob)
+        ada.displayName = "Ada L."
+        try store.update(ada)                     // same email, same record: fine
+        try store.upsert(ada)
+        #expect(try store.get(UserProfile.self, id: ada.id) == ada)
+        // Moving the email to a free value frees the old one.
+        ada.email = "ada@lovelace.org"
+        try store.update(ada)
+        try store.insert(UserProfile(email: "ada@example.com", displayName: "New Ada"))
+        // Taking another record's value is refused and leaves both records as they were.
+        var thief = bob
+        thief.email = "ada@lovelace.org"
+        let error = thrownError { try store.update(thief) } as? StoreError
+        #expect(error?.code == .uniqueViolation)
+        #expect(try store.get(UserProfile.self, id: bob.id) == bob)
+        #expect(try store.get(UserProfile.self, id: ada.id) == ada)
+        #expect(try store.count(UserProfile.self) == 3)
+        #expect(try store.verify().isClean)
+    }
+
+    @Test func uniquenessWithinOneTransaction() throws {
+        let dir = TemporaryDirectory()
+        let store = try Store.open(at: dir.path, types: [UserProfile.self])
+        // Two inserts of one value in a single transaction: the second sees the first.
+        let error = thrownError {
+            try store.write { tx in
+                try tx.insert(UserProfile(email: "x@example.com", displayName: "1"))
+                try tx.insert(UserProfile(email: "x@example.com", displayName: "2"))
+            }
+        } as? StoreError
+        #expect(error?.code == .uniqueViolation)
+        #expect(try store.count(UserProfile.self) == 0, "the whole transaction was aborted")
+        // Delete then re-insert of the value in one transaction is fine.
+        let first = UserProfile(email: "y@example.com", displayName: "1")
+        try store.insert(first)
+        let second = UserProfile(email: "y@example.com", displayName: "2")
+        try store.write { tx in
+            try tx.delete(UserProfile.self, id: first.id)
+            try tx.insert(second)
+        }
+        #expect(try store.fetch(FetchDescriptor<UserProfile>()) == [second])
+        #expect(try store.verify().isClean)
+    }
+
+    @Test func longValuesSharingAPrefixAreDistinguished() throws {
+        let dir = TemporaryDirectory()
+        let store = try Store.open(at: dir.path, types: [UserProfile.self])
+        // Index keys keep 120 UTF-8 bytes of a string; these differ only after that.
+        let prefix = String(repeating: "p", count: 119)
+        let emails = [prefix + "é-one@example.com",      // "é" straddles the 120-byte cut
+                      prefix + "é-two@example.com",
+                      prefix + "x" + String(repeating: "q", count: 50) + "@a",
+                      prefix + "x" + String(repeating: "q", count: 50) + "@b",
+                      prefix + "x"]                        // exactly 120 bytes: not shortened
+        var profiles: [UserProfile] = []
+        for (n, email) in emails.enumerated() {
+            let profile = UserProfile(email: email, displayName: "user \(n)")
+            try store.insert(profile)
+            profiles.append(profile)
+        }
+        #expect(try store.count(UserProfile.self) == emails.count)
+        let handle = try store.index(\UserProfile.email)
+        for (n, email) in emails.enumerated() {
+            #expect(try store.count(UserProfile.self, where: \.email, equals: email) == 1, "\(n)")
+            #expect(try store.count(handle, equals: email) == 1, "\(n)")
+            let found = try store.fetch(FetchDescriptor<UserProfile>(predicate: #Predicate { $0.email == email }))
+            #expect(found == [profiles[n]], "\(n)")
+            // A real duplicate of a long value is still refused, naming the value.
+            let error = thrownError { try store.insert(UserProfile(email: email, displayName: "dup")) } as? StoreError
+            #expect(error?.code == .uniqueViolation, "\(n)")
+            #expect(error?.message.contains(email) == true, "\(n): \(String(describing: error))")
+        }
+        #expect(try store.count(UserProfile.self, where: \.email, equals: prefix + "é-three@example.com") == 0)
+        // Updating a long-valued record in place keeps it.
+        var renamed = profiles[0]
+        renamed.displayName = "renamed"
+        try store.update(renamed)
+        #expect(try store.get(UserProfile.self, id: renamed.id) == renamed)
+        #expect(try store.count(UserProfile.self) == emails.count)
+        let report = try store.verify()
+        #expect(report.isClean, "\(report)")
+    }
+
+    /// A failed write inside a transaction that the caller catches must not leave half of
+    /// its index changes behind when the transaction then commits.
+    @Test func caughtUniqueViolationLeavesNoPartialIndexEntries() throws {
+        let dir = TemporaryDirectory()
+        let store = try Store.open(at: dir.path, types: [Account.self])
+        let ann = Account(team: "red", handle: "ann")
+        var bea = Account(team: "blue", handle: "bea")
+        try store.insert(ann)
+        try store.insert(bea)
+        var caught = 0
+        try store.write { tx in
+            // An import that skips duplicates: insert a clash, catch, go on.
+            do { try tx.insert(Account(team: "green", handle: "ann")) } catch let error as StoreError where error.code == .uniqueViolation { caught += 1 }
+            // An update that would take another's handle and change the team too.
+            var moved = bea
+            moved.team = "red"
+            moved.handle = "ann"
+            do { try tx.update(moved) } catch let error as StoreError where error.code == .uniqueViolation { caught += 1 }
+            try tx.insert(Account(team: "green", handle: "cid"))
+        }
+        #expect(caught == 2)
+        #expect(try store.count(Account.self) == 3)
+        #expect(try store.count(Account.self, where: \.team, equals: "green") == 1, "only cid is green")
+        #expect(try store.count(Account.self, where: \.team, equals: "blue") == 1, "bea is still blue")
+        #expect(try store.count(Account.self, where: \.team, equals: "red") == 1, "only ann is red")
+        #expect(try store.get(Account.self, id: bea.id) == bea)
+        let report = try store.verify()
+        #expect(report.isClean, "\(report)")
+        // And bea can still move for real.
+        bea.team = "red"
+        try store.update(bea)
+        #expect(try store.count(Account.self, where: \.team, equals: "red") == 2)
+        #expect(try store.verify().isClean)
+    }
+}
