@@ -435,6 +435,70 @@ import Testing
         }
     }
 
+    struct Event: Record, Equatable {
+        var id = RecordID()
+        var at: Date
+        var level: Int?
+        var tag: String?
+        static let indexes: [RecordIndex<Event>] = [.index(\.at), .index(\.level), .index(\.tag, \.at)]
+    }
+
+    /// Optional indexed fields (nil sorts first in keys) and dates, through the planner.
+    @Test(arguments: [UInt64(4), 8])
+    func optionalsAndDatesEqualOracle(seed: UInt64) throws {
+        let dir = TemporaryDirectory()
+        let store = try Store.open(at: dir.path, types: [Event.self])
+        var rng = SeededGenerator(seed: seed)
+        let base = Date(timeIntervalSince1970: 1_700_000_000)
+        let levels: [Int?] = [nil, -1, 0, 1, 2]
+        let tags: [String?] = [nil, "", "a", "b"]
+        var events: [Event] = []
+        try store.write { tx in
+            events = []
+            var local = SeededGenerator(seed: seed)
+            for _ in 0..<200 {
+                let event = Event(at: base.addingTimeInterval(Double(Int.random(in: -50..<50, using: &local)) * 0.5),
+                                  level: Self.pick(levels, &local), tag: Self.pick(tags, &local))
+                try tx.insert(event)
+                events.append(event)
+            }
+        }
+        let shapes: [Shape<Event>] = [
+            Shape(name: "at >", expect: .range("at")) { rng, _ in
+                let d = base.addingTimeInterval(Double(Int.random(in: -30..<30, using: &rng)))
+                return #Predicate<Event> { $0.at > d }
+            },
+            Shape(name: "at between", expect: .range("at")) { rng, _ in
+                let lo = base.addingTimeInterval(Double(Int.random(in: -30..<0, using: &rng)))
+                let hi = base.addingTimeInterval(Double(Int.random(in: 0..<30, using: &rng)))
+                return #Predicate<Event> { $0.at >= lo && $0.at < hi }
+            },
+            Shape(name: "at ==", expect: .equality("at")) { rng, events in
+                let d = Self.pick(events, &rng).at
+                return #Predicate<Event> { $0.at == d }
+            },
+            Shape(name: "level == (optional, maybe nil)", expect: .equality("level")) { rng, _ in
+                let l = Self.pick(levels, &rng)
+                return #Predicate<Event> { $0.level == l }
+            },
+            Shape(name: "level == nil", expect: .equality("level")) { _, _ in
+                #Predicate<Event> { $0.level == nil }
+            },
+            Shape(name: "tag == && at <=", expect: .range("tag+at")) { rng, _ in
+                let t = Self.pick(tags, &rng)
+                let d = base.addingTimeInterval(Double(Int.random(in: -30..<30, using: &rng)))
+                return #Predicate<Event> { $0.tag == t && $0.at <= d }
+            },
+            Shape(name: "tag ==", expect: .range("tag+at")) { rng, _ in
+                let t = Self.pick(tags, &rng)
+                return #Predicate<Event> { $0.tag == t }
+            },
+        ]
+        let sorts: [[SortDescriptor<Event>]] = [[], [SortDescriptor(\.at, order: .reverse), SortDescriptor(\.id)]]
+        try Self.compare(store, events, shapes, sorts: sorts, seed: seed, rounds: 8, rng: &rng)
+        #expect(try store.verify().isClean)
+    }
+
     /// NaN equals nothing, although its index key equals itself: an indexed `== .nan` must
     /// not count the NaN records, and ranges must not return them.
     @Test func nanIsNeverEqualThroughAnIndex() throws {
