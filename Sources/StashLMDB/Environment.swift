@@ -156,7 +156,7 @@ public final class Environment: @unchecked Sendable {
             }
             gate.leave()
             if rc == MDB_MAP_RESIZED {
-                try adoptResizedMap()
+                do { try adoptResizedMap() } catch { pool.give(handle); throw error }
                 continue
             }
             if rc == MDB_READERS_FULL, clearStaleReaders() > 0 { continue }
@@ -237,7 +237,11 @@ public final class Environment: @unchecked Sendable {
 
     /// Doubles the map once no transaction of this process is open (LMDB rule 2).
     private func growMap() throws(LMDBError) {
-        try gate.exclusive { () throws(LMDBError) in
+        let refusal = {
+            LMDBError(code: .mapFull, operation: "grow map", path: self.path,
+                      detail: "this thread holds a read transaction, so the map cannot grow now; run the write outside the read closure")
+        }
+        try gate.exclusive(refusal: refusal) { () throws(LMDBError) in
             var info = MDB_envinfo()
             mdb_env_info(env, &info)
             let current = info.me_mapsize
@@ -252,7 +256,11 @@ public final class Environment: @unchecked Sendable {
 
     /// Another process grew the map: adopt its size (`mdb_env_set_mapsize(env, 0)`).
     private func adoptResizedMap() throws(LMDBError) {
-        try gate.exclusive { () throws(LMDBError) in
+        let refusal = {
+            LMDBError(code: .mapResized, operation: "adopt map size", path: self.path,
+                      detail: "another process grew the map while this thread holds a transaction; end it and retry")
+        }
+        try gate.exclusive(refusal: refusal) { () throws(LMDBError) in
             try check(mdb_env_set_mapsize(env, 0), "mdb_env_set_mapsize(0)", path)
         }
     }
@@ -297,27 +305,45 @@ public struct EnvironmentInfo: Sendable {
 }
 
 /// Counts this process's open transactions, so the map can be resized when none is open.
+///
+/// It also knows which threads hold a transaction: such a thread never waits for a resize
+/// (the resize waits for its transaction: both would wait forever). A nested transaction
+/// on that thread goes ahead, and a resize asked for from it is refused with an error.
 final class TransactionGate: @unchecked Sendable {
     private let condition = NSCondition()
     private var active = 0
     private var resizing = false
+    /// Open transactions per thread id.
+    private var holders: [UInt: Int] = [:]
 
     func enter() {
+        let me = currentThreadID()
         condition.lock()
-        while resizing { condition.wait() }
+        if holders[me] == nil {
+            while resizing { condition.wait() }
+        }
         active += 1
+        holders[me, default: 0] += 1
         condition.unlock()
     }
 
     func leave() {
+        let me = currentThreadID()
         condition.lock()
         active -= 1
+        if let n = holders[me], n > 1 { holders[me] = n - 1 } else { holders[me] = nil }
         if active == 0 { condition.broadcast() }
         condition.unlock()
     }
 
-    func exclusive<R>(_ body: () throws(LMDBError) -> R) throws(LMDBError) -> R {
+    /// Runs `body` once no transaction of this process is open.
+    /// - Throws: `refusal()` when the calling thread itself holds a transaction.
+    func exclusive<R>(refusal: () -> LMDBError, _ body: () throws(LMDBError) -> R) throws(LMDBError) -> R {
         condition.lock()
+        if holders[currentThreadID()] != nil {
+            condition.unlock()
+            throw refusal()
+        }
         while resizing { condition.wait() }
         resizing = true
         while active > 0 { condition.wait() }
