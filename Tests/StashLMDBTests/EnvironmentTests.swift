@@ -420,6 +420,80 @@ import Testing
         #expect(try again.read { try $0.statistics(try again.database("main")).entries } == 200)
     }
 
+    /// A write started inside a read on the same thread cannot grow the map (the thread's own
+    /// snapshot keeps a transaction open). It must fail with a typed error, not hang.
+    @Test func writeNeedingGrowthInsideAReadDoesNotDeadlock() throws {
+        let dir = TemporaryDirectory()
+        let env = try openEnvironment(dir.path, mapSize: 1 << 20, durability: .none)
+        let main = try env.database("main")
+        let big = [UInt8](repeating: 1, count: 4 << 20)
+        let outcome = Failures()
+        let finished = DispatchSemaphore(value: 0)
+        let thread = Thread {
+            do {
+                try env.read { _ in
+                    try env.write { txn in try txn.put(main, key: b("big"), value: big) }
+                }
+                outcome.add("committed")
+            } catch let error as LMDBError {
+                outcome.add("LMDBError \(error.code.rawValue): \(error)")
+            } catch {
+                outcome.add("other error: \(error)")
+            }
+            finished.signal()
+        }
+        thread.start()
+        let result = finished.wait(timeout: .now() + 20)
+        #expect(result == .success, "a write inside a read deadlocked while growing the map")
+        guard result == .success else { return }
+        let text = outcome.all.first ?? ""
+        #expect(text.hasPrefix("LMDBError") || text == "committed", "\(text)")
+        if text.hasPrefix("LMDBError") { #expect(text.contains(env.path), "\(text)") }
+        // Outside the read, the same write grows the map and commits.
+        try env.write { txn in try txn.put(main, key: b("big"), value: big) }
+        #expect(try env.read { try $0.get(main, key: b("big")) }?.count == big.count)
+    }
+
+    /// A thread inside a read opens a nested read while another thread waits to grow the
+    /// map (for that outer read to end): the nested read must not wait for the growth.
+    @Test func nestedReadWhileAnotherThreadGrowsTheMapDoesNotDeadlock() throws {
+        let dir = TemporaryDirectory()
+        let env = try openEnvironment(dir.path, mapSize: 1 << 20, durability: .none)
+        let main = try env.database("main")
+        try env.write { txn in try txn.put(main, key: b("k"), value: b("v")) }
+        let outerOpen = DispatchSemaphore(value: 0)
+        let finished = DispatchSemaphore(value: 0)
+        let failures = Failures()
+        let reader = Thread {
+            do {
+                try env.read { outer in
+                    outerOpen.signal()
+                    Thread.sleep(forTimeInterval: 0.3)   // the writer is now waiting to grow the map
+                    let nested = try env.read { inner in try inner.get(main, key: b("k")) }
+                    if nested != b("v") { failures.add("nested read saw \(String(describing: nested))") }
+                    if try outer.get(main, key: b("k")) != b("v") { failures.add("outer read changed") }
+                }
+            } catch { failures.add("reader: \(error)") }
+            finished.signal()
+        }
+        let writer = Thread {
+            outerOpen.wait()
+            do {
+                try env.write { txn in try txn.put(main, key: b("big"), value: [UInt8](repeating: 2, count: 4 << 20)) }
+            } catch { failures.add("writer: \(error)") }
+            finished.signal()
+        }
+        reader.start()
+        writer.start()
+        let first = finished.wait(timeout: .now() + 20)
+        let second = finished.wait(timeout: .now() + 20)
+        #expect(first == .success && second == .success, "deadlock between a nested read and a map resize")
+        #expect(failures.all.isEmpty, "\(failures.all)")
+        if first == .success && second == .success {
+            #expect(try env.read { try $0.get(main, key: b("big")) }?.count == 4 << 20)
+        }
+    }
+
     @Test func mapGrowsWhileReadersRunOnOtherThreads() throws {
         let dir = TemporaryDirectory()
         let env = try openEnvironment(dir.path, mapSize: 1 << 20, durability: .none)
