@@ -420,6 +420,26 @@ import Testing
         #expect(try again.read { try $0.statistics(try again.database("main")).entries } == 200)
     }
 
+    /// A closure that swallows the map-full error still gets a bigger map: the write reruns.
+    @Test func swallowedMapFullStillGrowsAndReruns() throws {
+        let dir = TemporaryDirectory()
+        let env = try openEnvironment(dir.path, mapSize: 1 << 20, durability: .none)
+        let main = try env.database("main")
+        var attempts = 0
+        var swallowed = 0
+        try env.write { txn in
+            attempts += 1
+            do { try txn.put(main, key: b("big"), value: [UInt8](repeating: 3, count: 3 << 20)) }
+            catch let error as LMDBError where error.code == .mapFull { swallowed += 1 }
+            try? txn.put(main, key: b("small"), value: b("s"))
+        }
+        #expect(swallowed >= 1 && attempts == swallowed + 1, "attempts \(attempts), swallowed \(swallowed)")
+        try env.read { txn throws in
+            #expect(try txn.get(main, key: b("big"))?.count == 3 << 20, "the last run stored the value")
+            #expect(try txn.get(main, key: b("small")) == b("s"))
+        }
+    }
+
     /// A write started inside a read on the same thread cannot grow the map (the thread's own
     /// snapshot keeps a transaction open). It must fail with a typed error, not hang.
     @Test func writeNeedingGrowthInsideAReadDoesNotDeadlock() throws {

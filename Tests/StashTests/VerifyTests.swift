@@ -1,0 +1,70 @@
+import Foundation
+import Stash
+import StashLMDB
+import Testing
+
+/// `verify()` is what the property tests lean on, so it must actually find damage: each
+/// kind of mismatch is made by hand through StashLMDB and must be reported.
+@Suite struct VerifyTests {
+    static func bytes(_ id: RecordID) -> [UInt8] {
+        var out: [UInt8] = []
+        for shift in stride(from: 56, through: 0, by: -8) { out.append(UInt8(truncatingIfNeeded: id.high >> UInt64(shift))) }
+        for shift in stride(from: 56, through: 0, by: -8) { out.append(UInt8(truncatingIfNeeded: id.low >> UInt64(shift))) }
+        return out
+    }
+
+    @Test func reportsEveryKindOfMismatch() throws {
+        let dir = TemporaryDirectory()
+        let store = try Store.open(at: dir.path, types: [Home.self, Item.self])
+        let home = Home(name: "h")
+        var items: [Item] = []
+        try store.write { tx in
+            items = []
+            try tx.insert(home)
+            for n in 0..<10 {
+                let item = Item(homeID: home.id, name: "i\(n)", category: "c", wearCount: n % 3, price: 1)
+                try tx.insert(item)
+                items.append(item)
+            }
+        }
+        #expect(try store.verify().isClean)
+        // The store's environment (one per path): damage it behind the store's back.
+        let env = try Environment.open(path: dir.path)
+        let index = try env.database("index")
+        let records = try env.database("records")
+        let counts = try env.database("counts")
+        let victim = Self.bytes(items[3].id)
+        let ghost = Self.bytes(RecordID())
+        try env.write { txn in
+            // 1. Remove one index entry of items[3].
+            var entry: [UInt8]?
+            try txn.scan(index, from: ScanStart<[UInt8]>.first) { key, value in
+                if value == victim { entry = key; return false }
+                return true
+            }
+            try txn.delete(index, key: entry!, value: victim)
+            // 2. An index entry for a record that does not exist, under the same key.
+            try txn.put(index, key: entry!, value: ghost)
+            // 3. A wrong stored count (every type's count is off by 5).
+            var countKeys: [[UInt8]] = []
+            try txn.scan(counts, from: ScanStart<[UInt8]>.first) { key, _ in countKeys.append(key); return true }
+            for key in countKeys { try txn.put(counts, key: key, value: [UInt8]([15, 0, 0, 0, 0, 0, 0, 0])) }
+            // 4. A record whose bytes cannot be decoded.
+            var recordKey: [UInt8]?
+            try txn.scan(records, from: ScanStart<[UInt8]>.first) { key, _ in
+                if key.suffix(16).elementsEqual(Self.bytes(items[7].id)) { recordKey = key; return false }
+                return true
+            }
+            try txn.put(records, key: recordKey!, value: [0xFF, 0xFF, 0xFF])
+        }
+        let report = try store.verify()
+        #expect(!report.isClean)
+        let text = report.problems.joined(separator: "\n")
+        #expect(report.problems.contains { $0.contains(items[3].id.description) && $0.contains("missing from index") }, "\(text)")
+        #expect(report.problems.contains { $0.contains("missing record") }, "\(text)")
+        #expect(report.problems.contains { $0.contains("Item") && $0.contains("count") }, "\(text)")
+        #expect(report.problems.contains { $0.contains("Home") && $0.contains("count") }, "\(text)")
+        #expect(report.problems.contains { $0.contains(items[7].id.description) && $0.contains("decode") }, "\(text)")
+        #expect(report.description.contains("problem"))
+    }
+}
