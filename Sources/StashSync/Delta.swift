@@ -171,16 +171,17 @@ extension Delta {
         }
         var sites: [RecordID] = []
         for _ in 0..<(try r.count()) { sites.append(try r.id()) }
+        // Table indexes are bounded by their tables, not by the bytes left.
         func string() throws -> String {
-            let i = try r.count()
-            guard i < strings.count else { throw corrupt("string index out of range") }
-            return strings[i]
+            let i = try r.varint()
+            guard i < UInt64(strings.count) else { throw corrupt("string index out of range") }
+            return strings[Int(i)]
         }
         func version() throws -> Version {
             let clock = try r.varint()
-            let i = try r.count()
-            guard i < sites.count else { throw corrupt("site index out of range") }
-            return Version(clock: clock, site: sites[i])
+            let i = try r.varint()
+            guard i < UInt64(sites.count) else { throw corrupt("site index out of range") }
+            return Version(clock: clock, site: sites[Int(i)])
         }
         var entries: [RecordState] = []
         let count = try r.count()

@@ -133,6 +133,7 @@ public struct RelayTransport: SyncTransport {
         try checkAvailable()
         // Make this store known as a reader, so sources keep files until it has read them.
         try FileManager.default.createDirectory(at: folder(engine.site), withIntermediateDirectories: true)
+        try cleanUp(for: engine)
         let sources = try FileManager.default.contentsOfDirectory(at: directory, includingPropertiesForKeys: nil)
         var result: [IncomingDelta] = []
         let myself = engine.site.description

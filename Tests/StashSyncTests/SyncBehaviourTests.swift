@@ -1,0 +1,328 @@
+import Foundation
+import Stash
+import StashSync
+import Testing
+
+@Suite struct SyncBehaviourTests {
+    let family = RecordID()
+
+    @Test func concurrentEditsToDifferentFieldsBothSurvive() throws {
+        let dir = TemporaryDirectory()
+        let a = try Device.open(dir.sub("a"), family: family)
+        let b = try Device.open(dir.sub("b"), family: family)
+        let note = Note(title: "Groceries", body: "milk")
+        try a.store.insert(note)
+        try a.sync(with: b)
+        #expect(try b.store.get(Note.self, id: note.id) == note)
+
+        try a.store.update(Note.self, id: note.id) { $0.title = "Shopping" }
+        try b.store.update(Note.self, id: note.id) { $0.body = "milk, eggs" }
+        try a.sync(with: b)
+        try a.sync(with: b)
+        let onA = try a.store.get(Note.self, id: note.id), onB = try b.store.get(Note.self, id: note.id)
+        #expect(onA == onB)
+        #expect(onA?.title == "Shopping")
+        #expect(onA?.body == "milk, eggs")
+        #expect(try a.store.verify().isClean && b.store.verify().isClean)
+    }
+
+    @Test func sameFieldResolvesIdenticallyEverywhere() throws {
+        let dir = TemporaryDirectory()
+        let a = try Device.open(dir.sub("a"), family: family)
+        let b = try Device.open(dir.sub("b"), family: family)
+        let note = Note(title: "t", body: "b")
+        try a.store.insert(note)
+        try a.sync(with: b)
+        try a.store.update(Note.self, id: note.id) { $0.title = "from A" }
+        try b.store.update(Note.self, id: note.id) { $0.title = "from B" }
+        try b.sync(with: a)
+        try a.sync(with: b)
+        let title = try a.store.get(Note.self, id: note.id)?.title
+        #expect(title == (try b.store.get(Note.self, id: note.id)?.title))
+        #expect(title == "from B", "B wrote later (higher clock), so B wins on both")
+    }
+
+    /// The documented rule: a delete removes the record whatever edits it received
+    /// concurrently; a re-insert of the same id (a new incarnation) brings it back.
+    @Test func deleteBeatsConcurrentEditAndReinsertComesBack() throws {
+        let dir = TemporaryDirectory()
+        let a = try Device.open(dir.sub("a"), family: family)
+        let b = try Device.open(dir.sub("b"), family: family)
+        let note = Note(title: "t", body: "b")
+        try a.store.insert(note)
+        try a.sync(with: b)
+        try a.store.delete(Note.self, id: note.id)
+        try b.store.update(Note.self, id: note.id) { $0.body = "edited after the delete, concurrently" }
+        try b.sync(with: a)
+        try a.sync(with: b)
+        #expect(try a.store.get(Note.self, id: note.id) == nil)
+        #expect(try b.store.get(Note.self, id: note.id) == nil, "no resurrection by a concurrent edit")
+
+        let again = Note(id: note.id, title: "back", body: "new incarnation")
+        try b.store.insert(again)
+        try b.sync(with: a)
+        #expect(try a.store.get(Note.self, id: note.id) == again)
+        #expect(try a.store.count(Note.self) == 1)
+        #expect(try a.store.verify().isClean && b.store.verify().isClean)
+    }
+
+    @Test func countersAddUpAcrossDevicesWithoutLossOrDoubleCounting() throws {
+        let dir = TemporaryDirectory()
+        let a = try Device.open(dir.sub("a"), family: family)
+        let b = try Device.open(dir.sub("b"), family: family)
+        var wallet = Wallet()
+        wallet.credits.add(3, site: a.store.siteID)
+        try a.store.insert(wallet)
+        try a.sync(with: b)
+        for _ in 0..<2 { try a.store.update(Wallet.self, id: wallet.id) { $0.credits.add(-1, site: a.store.siteID) } }
+        try b.store.update(Wallet.self, id: wallet.id) { $0.credits.add(-1, site: b.store.siteID) }
+        try b.store.update(Wallet.self, id: wallet.id) { $0.credits.add(10, site: b.store.siteID) }
+        try a.sync(with: b)
+        try a.sync(with: b)   // duplicates change nothing
+        #expect(try credits(a.store, wallet.id) == 3 - 2 - 1 + 10)
+        #expect(try credits(b.store, wallet.id) == 10)
+    }
+
+    @Test func singletonCreatedOnTwoDevicesEndsAsOne() throws {
+        let dir = TemporaryDirectory()
+        let a = try Device.open(dir.sub("a"), family: family)
+        let b = try Device.open(dir.sub("b"), family: family)
+        let pa = UserProfile(displayName: "Ann (phone)"), pb = UserProfile(displayName: "Ann (tablet)")
+        try a.store.insert(pa)
+        try b.store.insert(pb)
+        try a.sync(with: b)
+        try a.sync(with: b)
+        let winner = min(pa.id, pb.id)
+        #expect(try a.store.count(UserProfile.self) == 1)
+        #expect(try b.store.count(UserProfile.self) == 1)
+        #expect(try a.store.get(UserProfile.self, id: winner) != nil)
+        #expect(try b.store.get(UserProfile.self, id: winner) != nil)
+        #expect(try canonicalDump(a.store) == canonicalDump(b.store))
+        #expect(try a.store.verify().isClean && b.store.verify().isClean)
+    }
+
+    @Test func changesTravelThroughAThirdStoreAndNotBackToTheirOrigin() throws {
+        let dir = TemporaryDirectory()
+        let a = try Device.open(dir.sub("a"), family: family)
+        let b = try Device.open(dir.sub("b"), family: family)
+        let c = try Device.open(dir.sub("c"), family: family)
+        let note = Note(title: "from A", body: "x")
+        try a.store.insert(note)
+        try a.sync(with: b)
+        try b.sync(with: c)
+        #expect(try c.store.get(Note.self, id: note.id) == note)
+        let history = try c.store.history()
+        #expect(history.last?.changes.first?.origin == b.store.siteID, "C records that the change came from B")
+        // B received it from A: B's delta for A must not ship it back.
+        #expect(try b.engine.makeDelta(for: a.store.siteID).entries.isEmpty)
+        #expect(try b.engine.status(peer: a.store.siteID).pendingOutgoing == 0)
+    }
+
+    @Test func localOnlyTypesNeverLeaveTheDevice() throws {
+        let dir = TemporaryDirectory()
+        let a = try Device.open(dir.sub("a"), family: family)
+        let b = try Device.open(dir.sub("b"), family: family)
+        try a.store.insert(DeviceSecret(value: "token"))
+        try a.store.insert(Note(title: "t", body: "b"))
+        let delta = try a.engine.makeDelta(for: b.store.siteID)
+        #expect(delta.entries.map(\.type) == ["Note"])
+        #expect(!String(decoding: delta.encoded(), as: UTF8.self).contains("DeviceSecret"))
+        try a.sync(with: b)
+        #expect(try b.store.count(DeviceSecret.self) == 0)
+        #expect(try b.store.count(Note.self) == 1)
+    }
+
+    @Test func applyingADeltaOneToThreeTimesGivesTheSameState() throws {
+        let dir = TemporaryDirectory()
+        let a = try Device.open(dir.sub("a"), family: family)
+        for n in 0..<20 { try a.store.insert(Note(title: "n\(n)", body: "b")) }
+        var wallet = Wallet()
+        wallet.credits.add(5, site: a.store.siteID)
+        try a.store.insert(wallet)
+        let data = try a.engine.makeDelta(for: nil).encoded()
+        var dumps: [[String]] = []
+        for times in 1...3 {
+            let b = try Device.open(dir.sub("b\(times)"), family: family)
+            for _ in 0..<times { try b.engine.apply(data) }
+            dumps.append(try canonicalDump(b.store))
+            #expect(try b.store.history().count == 1, "duplicates add no history")
+        }
+        #expect(dumps[0] == dumps[1] && dumps[1] == dumps[2])
+        #expect(dumps[0] == (try canonicalDump(a.store)))
+    }
+
+    @Test func corruptTruncatedForeignAndUnauthenticatedDeltasAreRefusedAndChangeNothing() throws {
+        let dir = TemporaryDirectory()
+        let key = try SyncKey(Array("0123456789abcdef-shared-secret".utf8))
+        let a = try Device.open(dir.sub("a"), family: family, key: key)
+        let b = try Device.open(dir.sub("b"), family: family, key: key)
+        try b.store.insert(Note(title: "b's own", body: "x"))
+        try a.store.insert(Note(title: "hello", body: "world", tag: "t"))
+        let good = try a.engine.makeDelta(for: b.store.siteID).encoded(key: key)
+        let before = try canonicalDump(b.store)
+        let historyBefore = try b.store.history().count
+        var rejected = 0
+        for i in 0..<good.count {
+            var flipped = good
+            flipped[i] ^= 0x5A
+            do { try b.engine.apply(flipped); Issue.record("flipped byte \(i) was accepted") } catch is SyncError { rejected += 1 }
+        }
+        for length in 0..<good.count {
+            do { try b.engine.apply(good.prefix(length)); Issue.record("truncation to \(length) was accepted") } catch is SyncError { rejected += 1 }
+        }
+        #expect(rejected == 2 * good.count)
+        // Unauthenticated (no HMAC) and wrong key.
+        let plain = try a.engine.makeDelta(for: b.store.siteID).encoded()
+        #expect(throws: SyncError.self) { try b.engine.apply(plain) }
+        let other = try a.engine.makeDelta(for: b.store.siteID).encoded(key: try SyncKey(Array("another-key-entirely!".utf8)))
+        #expect(throws: SyncError.self) { try b.engine.apply(other) }
+        // Another family.
+        let stranger = try Device.open(dir.sub("s"), family: RecordID(), key: key)
+        try stranger.store.insert(Note(title: "not yours", body: "x"))
+        do {
+            try b.engine.apply(try stranger.engine.makeDelta(for: nil).encoded(key: key))
+            Issue.record("a foreign family's delta was accepted")
+        } catch let error as SyncError {
+            #expect(error.code == .foreignFamily)
+        }
+        #expect(try canonicalDump(b.store) == before)
+        #expect(try b.store.history().count == historyBefore)
+        // And the genuine delta still applies.
+        #expect(try b.engine.apply(good) == .applied(entries: 1, changed: 1))
+    }
+
+    @Test func deltaFromANewerSchemaIsParkedThenApplied() throws {
+        let dir = TemporaryDirectory()
+        let a = try Device.open(dir.sub("a"), family: family)
+        let b = try Device.open(dir.sub("b"), family: family, types: [Note.self])
+        try a.store.insert(Wallet())
+        try a.store.insert(Note(title: "t", body: "b"))
+        let report = try a.sync(with: b)
+        #expect(report.parked.isEmpty)   // the send side: B parked it
+        #expect(b.engine.parkedDeltas().count == 1)
+        #expect(try b.store.count(Note.self) == 0, "nothing of a parked delta is applied")
+        // The app upgrades: B reopens with Wallet known; the parked delta applies at open.
+        let upgraded = try Device.open(dir.sub("b"), family: family)
+        #expect(upgraded.engine.parkedDeltas().isEmpty)
+        #expect(try upgraded.store.count(Wallet.self) == 1)
+        #expect(try upgraded.store.count(Note.self) == 1)
+    }
+
+    @Test func editsMadeWhileSyncIsOffArriveExactlyOnceWhenTurnedOn() throws {
+        let dir = TemporaryDirectory()
+        var a = try Device.open(dir.sub("a"), family: family)
+        let b = try Device.open(dir.sub("b"), family: family)
+        let keep = Note(title: "keep", body: "1"), gone = Note(title: "gone", body: "2"), back = Note(title: "back", body: "3")
+        for note in [keep, gone, back] { try a.store.insert(note) }
+        try a.sync(with: b)
+        try a.store.setSyncPreference(false)
+        a = try Device.open(dir.sub("a"), family: family)       // takes effect at the next open
+        #expect(!a.engine.isEnabled)
+        try a.store.update(Note.self, id: keep.id) { $0.body = "edited offline" }
+        try a.store.delete(Note.self, id: gone.id)
+        try a.store.delete(Note.self, id: back.id)
+        try a.store.insert(Note(id: back.id, title: "back", body: "reinserted"))
+        let fresh = Note(title: "new", body: "offline")
+        try a.store.insert(fresh)
+        #expect(throws: SyncError.self) { try a.sync(with: b) }
+        #expect(try a.store.count(Note.self) == 3, "turning sync off hides nothing")
+        #expect(try a.engine.status(peer: b.store.siteID).pendingOutgoing > 0)
+        #expect(try b.store.get(Note.self, id: keep.id)?.body == "1")
+
+        try a.store.setSyncPreference(true)
+        a = try Device.open(dir.sub("a"), family: family)
+        let before = try b.store.history().count
+        let report = try a.sync(with: b)
+        #expect(report.sentEntries == 4, "one coalesced state per changed record")
+        #expect(try b.store.history().count == before + 1, "one import transaction")
+        #expect(try canonicalDump(a.store) == canonicalDump(b.store))
+        #expect(try b.store.get(Note.self, id: back.id)?.body == "reinserted")
+        #expect(try b.store.get(Note.self, id: gone.id) == nil)
+        #expect(try a.engine.status(peer: b.store.siteID).isUpToDate)
+    }
+
+    @Test func aDeviceWithItsClockADayAheadDoesNotWinForever() throws {
+        let dir = TemporaryDirectory()
+        let skewed = TestClock(offset: 86_400), honest = TestClock()
+        let x = try Device.open(dir.sub("x"), family: family, clock: skewed)
+        let b = try Device.open(dir.sub("b"), family: family, clock: honest)
+        let note = Note(title: "t", body: "b")
+        try b.store.insert(note)
+        try b.sync(with: x)
+        try x.store.update(Note.self, id: note.id) { $0.title = "from the future" }
+        try x.sync(with: b)
+        #expect(try b.store.get(Note.self, id: note.id)?.title == "from the future")
+        // B's clock followed X's at most two minutes past B's wall time.
+        let next = try b.store.write { try $0.writeVersion() }
+        #expect(next.date < honest.now.addingTimeInterval(maximumClockSkew + 5), "B's clock was dragged to \(next.date)")
+        // Three minutes later (real time) B edits the same field: it must win, not in a day.
+        honest.advance(180)
+        skewed.advance(180)
+        try b.store.update(Note.self, id: note.id) { $0.title = "later, honestly" }
+        try b.sync(with: x)
+        try x.sync(with: b)
+        #expect(try b.store.get(Note.self, id: note.id)?.title == "later, honestly")
+        #expect(try x.store.get(Note.self, id: note.id)?.title == "later, honestly")
+    }
+
+    @Test func aPeerBehindPurgedHistoryGetsAFullSnapshotAndKeepsItsOwnChanges() throws {
+        let dir = TemporaryDirectory()
+        let a = try Device.open(dir.sub("a"), family: family)
+        let b = try Device.open(dir.sub("b"), family: family)
+        try a.store.insert(Note(title: "first", body: "x"))
+        try a.sync(with: b)
+        for n in 0..<5 { try a.store.insert(Note(title: "later \(n)", body: "x")) }
+        do {
+            try a.store.purgeHistory(before: try a.store.currentToken())
+            Issue.record("purge past a peer's watermark must be refused")
+        } catch let error as StoreError { #expect(error.code == .historyNeeded) }
+        try a.store.purgeHistory(before: try a.store.currentToken(), force: true)
+        let mine = Note(title: "b's unsynced", body: "keep me")
+        try b.store.insert(mine)
+        let report = try a.sync(with: b)
+        #expect(report.sentFullSnapshot)
+        #expect(try b.store.count(Note.self) == 7)
+        #expect(try a.store.get(Note.self, id: mine.id) == mine)
+        #expect(try canonicalDump(a.store) == canonicalDump(b.store))
+    }
+
+    @Test func relayConvergesThreeStoresAndCleansWhatEveryoneRead() throws {
+        let dir = TemporaryDirectory()
+        let relayURL = dir.url.appendingPathComponent("relay")
+        try FileManager.default.createDirectory(at: relayURL, withIntermediateDirectories: true)
+        let relay = RelayTransport(directory: relayURL)
+        let devices = try (0..<3).map { try Device.open(dir.sub("d\($0)"), family: family) }
+        for (n, device) in devices.enumerated() {
+            _ = try device.engine.fetchChanges(via: relay)   // join: become a known reader
+            try device.store.insert(Note(title: "from \(n)", body: "x"))
+        }
+        for _ in 0..<2 { for device in devices { try device.engine.sync(via: relay) } }
+        let dumps = try devices.map { try canonicalDump($0.store) }
+        #expect(dumps[0].count == 3)
+        #expect(dumps.allSatisfy { $0 == dumps[0] })
+        // Readers acknowledge as they apply; each source deletes its files at its next sync.
+        for _ in 0..<2 { for device in devices { try device.engine.sync(via: relay) } }
+        let leftovers = FileManager.default.enumerator(atPath: relayURL.path)?.compactMap { $0 as? String }.filter { $0.hasSuffix(".delta") } ?? []
+        #expect(leftovers.isEmpty, "consumed deltas are cleaned: \(leftovers)")
+    }
+
+    @Test func aFailingTransportKeepsEverythingPending() throws {
+        let dir = TemporaryDirectory()
+        let relayURL = dir.url.appendingPathComponent("relay")
+        let a = try Device.open(dir.sub("a"), family: family)
+        try a.store.insert(Note(title: "t", body: String(repeating: "x", count: 2000)))
+        // Unavailable container.
+        #expect(throws: SyncError.self) { try a.engine.sendChanges(via: RelayTransport(directory: relayURL)) }
+        try FileManager.default.createDirectory(at: relayURL, withIntermediateDirectories: true)
+        // Over quota.
+        #expect(throws: SyncError.self) { try a.engine.sendChanges(via: RelayTransport(directory: relayURL, quotaBytes: 100)) }
+        let status = try a.engine.status()
+        #expect(status.pendingOutgoing == 1)
+        #expect(!status.isUpToDate)
+        #expect(status.lastError != nil)
+        // The next sync ships it.
+        let sent = try a.engine.sendChanges(via: RelayTransport(directory: relayURL))
+        #expect(sent.entries == 1)
+        #expect(try a.engine.status().isUpToDate)
+    }
+}

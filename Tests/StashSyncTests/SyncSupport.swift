@@ -1,0 +1,97 @@
+import Foundation
+import Stash
+import StashSync
+import Testing
+
+final class TemporaryDirectory: @unchecked Sendable {
+    let url: URL
+    var path: String { url.path }
+    init(_ name: String = "stash-sync") {
+        url = FileManager.default.temporaryDirectory.appendingPathComponent("\(name)-\(UUID().uuidString)")
+        try! FileManager.default.createDirectory(at: url, withIntermediateDirectories: true)
+    }
+    func sub(_ name: String) -> String { url.appendingPathComponent(name).path }
+    deinit { try? FileManager.default.removeItem(at: url) }
+}
+
+struct Note: Record, Equatable {
+    var id = RecordID()
+    var title: String
+    var body: String
+    var pinned = false
+    var tag: String?
+    static let indexes: [RecordIndex<Note>] = [.index(\.pinned)]
+}
+
+struct Wallet: Record, Equatable {
+    var id = RecordID()
+    var credits = Counter()
+}
+
+struct UserProfile: Record, Equatable {
+    var id = RecordID()
+    var kind = "profile"
+    var displayName: String
+    static let indexes: [RecordIndex<UserProfile>] = [.unique(\.kind)]
+}
+
+/// Never leaves the device.
+struct DeviceSecret: Record, Equatable {
+    var id = RecordID()
+    var value: String
+    static let isLocalOnly = true
+}
+
+let syncTypes: [any Record.Type] = [Note.self, Wallet.self, UserProfile.self, DeviceSecret.self]
+
+/// A settable wall clock for simulated devices.
+final class TestClock: @unchecked Sendable {
+    private let lock = NSLock()
+    private var offset: TimeInterval
+    init(offset: TimeInterval = 0) { self.offset = offset }
+    func advance(_ seconds: TimeInterval) { lock.lock(); offset += seconds; lock.unlock() }
+    var now: Date { lock.lock(); defer { lock.unlock() }; return Date().addingTimeInterval(offset) }
+}
+
+/// One simulated device: a store directory and its engine.
+struct Device {
+    let path: String
+    let store: Store
+    let engine: SyncEngine
+
+    static func open(_ path: String, family: RecordID, key: SyncKey? = nil, clock: TestClock? = nil,
+                     enabled: Bool? = nil, types: [any Record.Type] = syncTypes) throws -> Device {
+        var options = StoreOptions()
+        options.durability = .none     // throwaway test stores
+        if let clock { options.clock = { clock.now } }
+        let store = try Store.open(at: path, types: types, options: options)
+        let engine = try SyncEngine(store: store, configuration: SyncConfiguration(family: family, key: key, enabled: enabled))
+        return Device(path: path, store: store, engine: engine)
+    }
+
+    /// Both ways, directly.
+    @discardableResult
+    func sync(with other: Device) throws -> SyncReport {
+        try engine.sync(via: DirectTransport(to: other.engine))
+    }
+}
+
+/// A canonical dump of the synced types: sorted records with their field values (versions
+/// may legitimately differ; values may not).
+func canonicalDump(_ store: Store, types: [String] = ["Note", "Wallet", "UserProfile"]) throws -> [String] {
+    try store.read { snapshot in
+        var lines: [String] = []
+        for type in types {
+            try snapshot.forEachRecord(typeNamed: type) { record in
+                lines.append("\(type) \(record.id) \(JSONValue.object(record.fields.mapValues(\.json)).text)")
+                return true
+            }
+        }
+        return lines.sorted()
+    }
+}
+
+/// Total of a wallet's counter as this store sees it.
+func credits(_ store: Store, _ id: RecordID) throws -> Int64? {
+    try store.get(Wallet.self, id: id)?.credits.value
+}
