@@ -3,7 +3,7 @@ SWIFT ?= swift
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 export DEBIAN_FRONTEND := noninteractive
 
-.PHONY: deps deps-test build demo test bench clean
+.PHONY: deps deps-test build demo test bench bench-smoke clean
 
 # liblmdb-dev provides lmdb.h, liblmdb.so and the pkg-config file `lmdb`.
 deps:
@@ -27,6 +27,37 @@ demo: deps
 test: deps-test
 	$(SWIFT) build --build-tests
 	$(SWIFT) test --skip-build
+
+# Benchmarks: Stash against raw LMDB and GRDB/SQLite in one run (see BENCHMARKS.md).
+# The suite is its own package in Benchmarks/ (package-benchmark + GRDB are never built for
+# library users). Knobs: STASH_BENCH_1M=1 adds N = 1M; STASH_BENCH_SIZES=10000,100000;
+# STASH_BENCH_DIR=/path for fixtures (a real disk, not tmpfs). The report lands in
+# Benchmarks/.build/results/report.md.
+BENCH_RESULTS := .build/results
+define bench-run
+	@command -v pkg-config >/dev/null && pkg-config --exists sqlite3 2>/dev/null || { \
+		echo "installing libsqlite3-dev (apt, for GRDB)"; \
+		$(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq libsqlite3-dev pkg-config >/dev/null; }
+	@mkdir -p Benchmarks/$(1)
+	@{ echo "date: $$(date -u '+%Y-%m-%d %H:%M UTC')"; \
+	   echo "load average before the run: $$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null)"; } > Benchmarks/$(1)/run-info.txt
+	cd Benchmarks && $(2) $(SWIFT) package --disable-sandbox benchmark --no-progress --format jmh --path $(1)
+	@echo "load average after the run: $$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null)" >> Benchmarks/$(1)/run-info.txt
+	cd Benchmarks && $(SWIFT) build -c release --product BenchReport >/dev/null && \
+		.build/release/BenchReport $(1)/Current_run.jmh.json --info $(1)/run-info.txt \
+		--commit "$$(git rev-parse --short HEAD)$$(git diff --quiet HEAD -- ../Sources ../Package.swift || echo '+uncommitted')" \
+		> $(1)/report.md
+endef
+
+bench: deps
+	$(call bench-run,$(BENCH_RESULTS),)
+	@cat Benchmarks/$(BENCH_RESULTS)/report.md
+
+# Builds the suite and runs every benchmark once on a tiny store (N = 1,000, a few
+# iterations each), so that CI notices when the benchmarks stop building or running.
+bench-smoke: deps
+	$(call bench-run,$(BENCH_RESULTS)-smoke,STASH_BENCH_SMOKE=1)
+	@grep -c '' Benchmarks/$(BENCH_RESULTS)-smoke/report.md >/dev/null && echo "bench-smoke: ok (Benchmarks/$(BENCH_RESULTS)-smoke/report.md)"
 
 clean:
 	rm -rf .build

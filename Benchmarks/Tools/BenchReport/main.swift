@@ -1,0 +1,298 @@
+// BenchReport: turns one package-benchmark run of StoreBench (exported with `--format jmh`)
+// into the markdown tables of BENCHMARKS.md, with the ratios Stash/raw-LMDB and Stash/GRDB
+// computed from that same run and a verdict for each goal of issue 6.
+//
+//     swift run -c release BenchReport .build/results/Current_run.jmh.json [--commit abc123]
+//
+// Benchmark names are `group/engine/variant/N` (see StoreBench.swift). Only Foundation is used.
+import Foundation
+
+// MARK: Input
+
+struct Result {
+    let group: String, engine: String, variant: String, size: String
+    /// Wall-clock statistics in µs: mean, p50, p99 (nil for benchmarks without wall clock).
+    var mean: Double?, p50: Double?, p99: Double?
+    var samples = 0
+    var mallocs: Double?
+    var diskApparent: Double?, diskAllocated: Double?
+}
+
+func load(_ path: String) throws -> [Result] {
+    let data = try Data(contentsOf: URL(fileURLWithPath: path))
+    guard let elements = try JSONSerialization.jsonObject(with: data) as? [[String: Any]] else {
+        throw ReportError("\(path) is not a JMH export (a JSON array)")
+    }
+    var results: [Result] = []
+    for element in elements {
+        guard var name = element["benchmark"] as? String else { continue }
+        if let range = name.range(of: "StoreBench.") { name = String(name[range.upperBound...]) }
+        let parts = name.replacingOccurrences(of: "_", with: " ").split(separator: "/").map(String.init)
+        guard parts.count == 4 else { continue }
+        var result = Result(group: parts[0], engine: parts[1], variant: parts[2], size: parts[3])
+        // package-benchmark 1.38 carries secondary metrics over from earlier benchmarks in the
+        // JMH export, so read only the metric that belongs to each group.
+        let secondary = element["secondaryMetrics"] as? [String: [String: Any]] ?? [:]
+        func stats(_ metric: String) -> (mean: Double, p50: Double, p99: Double, samples: Int)? {
+            guard let m = secondary[metric], let mean = m["score"] as? Double ?? (m["score"] as? Int).map(Double.init),
+                  let pct = m["scorePercentiles"] as? [String: Any] else { return nil }
+            func p(_ key: String) -> Double { pct[key] as? Double ?? (pct[key] as? Int).map(Double.init) ?? .nan }
+            let raw = (m["rawData"] as? [[Any]])?.first?.count ?? 0
+            return (mean, p("50.0"), p("99.0"), raw)
+        }
+        switch result.group {
+        case "allocs":
+            result.mallocs = stats("Malloc (total)")?.p50
+        case "disk":
+            result.diskApparent = stats("disk bytes (file size)")?.mean
+            result.diskAllocated = stats("disk bytes (allocated)")?.mean
+        default:
+            if let s = stats("Time (wall clock)") {
+                result.mean = s.mean; result.p50 = s.p50; result.p99 = s.p99; result.samples = s.samples
+            }
+        }
+        results.append(result)
+    }
+    return results
+}
+
+struct ReportError: Error, CustomStringConvertible {
+    let description: String
+    init(_ description: String) { self.description = description }
+}
+
+// MARK: Formatting
+
+func us(_ v: Double?) -> String {
+    guard let v, v.isFinite else { return "–" }
+    if v >= 1000 { return String(format: "%.2f ms", v / 1000) }
+    if v >= 100 { return String(format: "%.0f µs", v) }
+    if v >= 10 { return String(format: "%.1f µs", v) }
+    return String(format: "%.2f µs", v)
+}
+
+func rate(_ v: Double?) -> String {
+    guard let v, v.isFinite, v > 0 else { return "–" }
+    if v >= 1_000_000 { return String(format: "%.2f M/s", v / 1_000_000) }
+    if v >= 1_000 { return String(format: "%.1f k/s", v / 1_000) }
+    return String(format: "%.0f /s", v)
+}
+
+func ratio(_ v: Double?) -> String {
+    guard let v, v.isFinite else { return "–" }
+    return v >= 10 ? String(format: "%.0f×", v) : String(format: "%.2f×", v)
+}
+
+func bytes(_ v: Double?) -> String {
+    guard let v, v.isFinite else { return "–" }
+    if v >= Double(1 << 30) { return String(format: "%.2f GiB", v / Double(1 << 30)) }
+    if v >= Double(1 << 20) { return String(format: "%.1f MiB", v / Double(1 << 20)) }
+    return String(format: "%.0f KiB", v / 1024)
+}
+
+func sizeValue(_ label: String) -> Int {
+    if label.hasSuffix("M") { return (Int(label.dropLast()) ?? 0) * 1_000_000 }
+    if label.hasSuffix("k") { return (Int(label.dropLast()) ?? 0) * 1_000 }
+    return Int(label) ?? 0
+}
+
+nonisolated(unsafe) var out = ""
+func line(_ s: String = "") { out += s + "\n" }
+func table(_ header: [String], _ rows: [[String]]) {
+    line("| " + header.joined(separator: " | ") + " |")
+    line("|" + header.enumerated().map { $0.offset == 0 ? "---" : "---:" }.joined(separator: "|") + "|")
+    for row in rows { line("| " + row.joined(separator: " | ") + " |") }
+    line()
+}
+
+// MARK: Goals
+
+struct Goal {
+    let text: String
+    let met: Bool?
+    let detail: String
+}
+nonisolated(unsafe) var goals: [String: [Goal]] = [:]
+func verdict(_ met: Bool?) -> String { met.map { $0 ? "**met**" : "**missed**" } ?? "not measured" }
+
+// MARK: Main
+
+var arguments = Array(CommandLine.arguments.dropFirst())
+var commit: String?
+if let i = arguments.firstIndex(of: "--commit"), i + 1 < arguments.count {
+    commit = arguments[i + 1]
+    arguments.removeSubrange(i...(i + 1))
+}
+var infoFile: String?
+if let i = arguments.firstIndex(of: "--info"), i + 1 < arguments.count {
+    infoFile = arguments[i + 1]
+    arguments.removeSubrange(i...(i + 1))
+}
+guard let path = arguments.first else {
+    FileHandle.standardError.write(Data("usage: BenchReport <run.jmh.json> [--commit SHA] [--info run-info.txt]\n".utf8))
+    exit(2)
+}
+let results: [Result]
+do { results = try load(path) } catch {
+    FileHandle.standardError.write(Data("BenchReport: \(error)\n".utf8))
+    exit(1)
+}
+
+func find(_ group: String, _ engine: String, _ variant: String, _ size: String) -> Result? {
+    results.first { $0.group == group && $0.engine == engine && $0.variant == variant && $0.size == size }
+}
+/// Operations per second from the mean wall-clock time of one operation (µs).
+func opsPerSecond(_ r: Result?) -> Double? { r?.mean.map { 1_000_000 / $0 } }
+
+let sizes = Set(results.filter { $0.group != "overhead" }.map(\.size)).sorted { sizeValue($0) < sizeValue($1) }
+
+// Machine: what `nproc`, /proc/cpuinfo and /proc/meminfo say, plus the run's own notes.
+let cpu = (try? String(contentsOfFile: "/proc/cpuinfo", encoding: .utf8))?
+    .split(separator: "\n").first { $0.hasPrefix("model name") }
+    .map { $0.split(separator: ":", maxSplits: 1).last!.trimmingCharacters(in: .whitespaces) } ?? "unknown CPU"
+let memory = String(format: "%.1f GiB", Double(ProcessInfo.processInfo.physicalMemory) / Double(1 << 30))
+line("Machine: \(ProcessInfo.processInfo.activeProcessorCount) cores (`nproc`), \(cpu), \(memory) RAM, \(ProcessInfo.processInfo.operatingSystemVersionString).")
+if let commit { line("Stash commit: `\(commit)`.") }
+if let infoFile, let info = try? String(contentsOfFile: infoFile, encoding: .utf8) {
+    for entry in info.split(separator: "\n") where !entry.isEmpty { line("\(entry.prefix(1).uppercased())\(entry.dropFirst()).") }
+}
+line()
+
+if let overhead = find("overhead", "harness", "empty", "0") {
+    line("Harness floor (an empty benchmark body): p50 \(us(overhead.p50)), p99 \(us(overhead.p99)) — included in every per-operation time below.")
+    line()
+}
+
+for size in sizes {
+    let n = sizeValue(size)
+    line("### N = \(size) items (\(max(1, n / 100)) homes)")
+    line()
+
+    // Bulk insert
+    let bulk = ["Stash", "LMDB", "GRDB"].map { find("bulk", $0, "1000 per txn", size) }
+    if bulk.contains(where: { $0 != nil }) {
+        line("**Bulk insert**, 1,000 items per transaction, full durability, into a store growing from 0 to N (one sample per transaction):")
+        line()
+        let rps = bulk.map { r in r?.mean.map { 1_000 * 1_000_000 / $0 } }
+        table(["engine", "records/s", "txn p50", "txn p99", "Stash ÷ engine"],
+              zip(["Stash", "raw LMDB", "GRDB"], zip(bulk, rps)).map { name, pair in
+                  [name, rate(pair.1), us(pair.0?.p50), us(pair.0?.p99),
+                   name == "Stash" ? "" : ratio(rps[0].flatMap { s in pair.1.map { s / $0 } })]
+              })
+        let vsLMDB = rps[0].flatMap { s in rps[1].map { s / $0 } }
+        let vsGRDB = rps[0].flatMap { s in rps[2].map { s / $0 } }
+        goals[size, default: []].append(Goal(text: "bulk insert ≥ 0.5× raw LMDB", met: vsLMDB.map { $0 >= 0.5 }, detail: ratio(vsLMDB)))
+        goals[size, default: []].append(Goal(text: "bulk insert ≥ 1.5× GRDB", met: vsGRDB.map { $0 >= 1.5 }, detail: ratio(vsGRDB)))
+    }
+
+    // Single insert
+    let levels = [("full", "full / FULL"), ("relaxed", "relaxed / NORMAL"), ("none", "none / OFF")]
+    if levels.contains(where: { find("insert1", "Stash", $0.0, size) != nil }) {
+        line("**Single insert**, one commit per item (Stash and raw LMDB durability / GRDB `synchronous`):")
+        line()
+        var rows: [[String]] = []
+        for (level, label) in levels {
+            let s = find("insert1", "Stash", level, size), l = find("insert1", "LMDB", level, size), g = find("insert1", "GRDB", level, size)
+            let sv = opsPerSecond(s), lv = opsPerSecond(l), gv = opsPerSecond(g)
+            rows.append([label, "\(us(s?.p50)) / \(us(s?.p99))", rate(sv), "\(us(l?.p50)) / \(us(l?.p99))", rate(lv),
+                         "\(us(g?.p50)) / \(us(g?.p99))", rate(gv),
+                         ratio(sv.flatMap { a in lv.map { a / $0 } }), ratio(sv.flatMap { a in gv.map { a / $0 } })])
+            if level != "none" {
+                let r = sv.flatMap { a in gv.map { a / $0 } }
+                goals[size, default: []].append(Goal(text: "durable single insert ≥ GRDB at equal durability (\(label))",
+                                                     met: r.map { $0 >= 1 }, detail: "\(ratio(r)) (ops/s)"))
+            }
+        }
+        table(["durability", "Stash p50 / p99", "Stash ops/s", "LMDB p50 / p99", "LMDB ops/s", "GRDB p50 / p99", "GRDB ops/s",
+               "Stash ÷ LMDB", "Stash ÷ GRDB"], rows)
+    }
+
+    // Point read
+    let gets = [("Stash", "typed", "Stash `get`"), ("LMDB", "typed", "raw LMDB + hand decode"),
+                ("GRDB", "typed", "GRDB `fetchOne(key:)`"), ("GRDB", "cached SQL", "GRDB cached SQL statement")]
+    if gets.contains(where: { find("get", $0.0, $0.1, size) != nil }) {
+        line("**Point read** by id, decoded into `Item`:")
+        line()
+        let stash = opsPerSecond(find("get", "Stash", "typed", size))
+        table(["engine", "p50", "p99", "ops/s", "Stash ÷ engine (ops/s)"], gets.map { engine, variant, label in
+            let r = find("get", engine, variant, size)
+            let v = opsPerSecond(r)
+            return [label, us(r?.p50), us(r?.p99), rate(v), engine == "Stash" ? "" : ratio(stash.flatMap { s in v.map { s / $0 } })]
+        })
+        let vsLMDB = stash.flatMap { s in opsPerSecond(find("get", "LMDB", "typed", size)).map { s / $0 } }
+        goals[size, default: []].append(Goal(text: "typed point read ≥ 0.5× raw LMDB", met: vsLMDB.map { $0 >= 0.5 }, detail: ratio(vsLMDB)))
+    }
+
+    // Counts
+    let counts = [("Stash", "fast path", "Stash `count(Item.self, where: \\.homeID, equals:)`"),
+                  ("Stash", "index handle", "Stash `count(handle, equals:)`"),
+                  ("Stash", "predicate", "Stash `fetchCount(#Predicate { $0.homeID == x })`"),
+                  ("LMDB", "dup count", "raw LMDB `mdb_cursor_count`"),
+                  ("GRDB", "fetchCount", "GRDB `filter(homeID == x).fetchCount`"),
+                  ("GRDB", "cached SQL", "GRDB cached `SELECT COUNT(*)`")]
+    if counts.contains(where: { find("count", $0.0, $0.1, size) != nil }) {
+        line("**Indexed count** of the items of one home (~100), and heap allocations per count (malloc counter):")
+        line()
+        let lmdb = find("count", "LMDB", "dup count", size)?.p99
+        let grdb = find("count", "GRDB", "fetchCount", size)?.p99
+        table(["way", "p50", "p99", "mallocs / count", "p99 ÷ raw LMDB p99", "GRDB p99 ÷ p99"], counts.map { engine, variant, label in
+            let r = find("count", engine, variant, size)
+            let a = find("allocs", engine, variant, size)
+            return [label, us(r?.p50), us(r?.p99), a?.mallocs.map { String(format: "%.0f", $0) } ?? "–",
+                    engine == "LMDB" ? "" : ratio(r?.p99.flatMap { p in lmdb.map { p / $0 } }),
+                    engine == "GRDB" ? "" : ratio(r?.p99.flatMap { p in grdb.map { $0 / p } })]
+        })
+        for (variant, label) in [("fast path", "fast path"), ("index handle", "index handle"), ("predicate", "#Predicate")] {
+            let p99 = find("count", "Stash", variant, size)?.p99
+            let vsLMDB = p99.flatMap { p in lmdb.map { p / $0 } }
+            let vsGRDB = p99.flatMap { p in grdb.map { $0 / p } }
+            goals[size, default: []].append(Goal(text: "indexed count p99 ≤ 2× raw LMDB (\(label))", met: vsLMDB.map { $0 <= 2 }, detail: ratio(vsLMDB)))
+            goals[size, default: []].append(Goal(text: "indexed count ≥ 10× faster than GRDB at p99 (\(label))", met: vsGRDB.map { $0 >= 10 }, detail: ratio(vsGRDB)))
+            if let m = find("allocs", "Stash", variant, size)?.mallocs {
+                goals[size, default: []].append(Goal(text: "0 allocations per indexed count (\(label))", met: m == 0, detail: String(format: "%.0f", m)))
+            }
+        }
+    }
+
+    // Update
+    if levels.contains(where: { find("update", "Stash", $0.0, size) != nil }) {
+        line("**Update one field + commit** (`wearCount += 1`; Stash `update(_:id:)` reads, decodes, re-encodes; raw LMDB patches 8 bytes; GRDB runs `UPDATE … SET wearCount = wearCount + 1`):")
+        line()
+        var rows: [[String]] = []
+        for (level, label) in levels.prefix(2) {
+            let s = find("update", "Stash", level, size), l = find("update", "LMDB", level, size), g = find("update", "GRDB", level, size)
+            let sv = opsPerSecond(s), lv = opsPerSecond(l), gv = opsPerSecond(g)
+            rows.append([label, "\(us(s?.p50)) / \(us(s?.p99))", rate(sv), "\(us(l?.p50)) / \(us(l?.p99))", rate(lv),
+                         "\(us(g?.p50)) / \(us(g?.p99))", rate(gv),
+                         ratio(sv.flatMap { a in lv.map { a / $0 } }), ratio(sv.flatMap { a in gv.map { a / $0 } })])
+        }
+        table(["durability", "Stash p50 / p99", "Stash ops/s", "LMDB p50 / p99", "LMDB ops/s", "GRDB p50 / p99", "GRDB ops/s",
+               "Stash ÷ LMDB", "Stash ÷ GRDB"], rows)
+    }
+
+    // Disk
+    let disks = ["Stash", "LMDB", "GRDB"].map { find("disk", $0, "files", size) }
+    if disks.contains(where: { $0 != nil }) {
+        line("**On-disk size** after loading N items and N/100 homes (data files: LMDB `data.mdb`; SQLite database + WAL after a checkpoint):")
+        line()
+        table(["engine", "file size", "allocated", "bytes / item", "Stash ÷ engine"],
+              zip(["Stash", "raw LMDB", "GRDB"], disks).map { name, r in
+                  [name, bytes(r?.diskApparent), bytes(r?.diskAllocated),
+                   r?.diskApparent.map { String(format: "%.0f", $0 / Double(max(1, n))) } ?? "–",
+                   name == "Stash" ? "" : ratio(disks[0]?.diskApparent.flatMap { s in r?.diskApparent.map { s / $0 } })]
+              })
+    }
+}
+
+line("### Goals of issue 6")
+line()
+var goalRows: [[String]] = []
+for size in sizes {
+    for goal in goals[size] ?? [] { goalRows.append([goal.text, size, goal.detail, verdict(goal.met)]) }
+}
+table(["goal", "N", "measured", "verdict"], goalRows)
+
+var header = "Run: \(path)"
+if let commit { header += ", Stash commit \(commit)" }
+print("<!-- generated by BenchReport; \(header) -->")
+print(out, terminator: "")
