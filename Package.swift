@@ -8,6 +8,7 @@ let package = Package(
         .library(name: "StashLMDB", targets: ["StashLMDB"]),
         .library(name: "Stash", targets: ["Stash"]),
         .library(name: "StashSync", targets: ["StashSync"]),
+        .library(name: "StashGate", targets: ["StashGate"]),
         .executable(name: "stash", targets: ["StashCLI"]),
     ],
     dependencies: [
@@ -24,6 +25,7 @@ let package = Package(
         .target(name: "StashLMDB", dependencies: ["CLMDB"]),
         .target(name: "Stash", dependencies: ["StashLMDB"]),
         .target(name: "StashSync", dependencies: ["Stash", .product(name: "Crypto", package: "swift-crypto")]),
+        .target(name: "StashGate", dependencies: ["Stash", .product(name: "Crypto", package: "swift-crypto")]),
         // The `stash` command. The module is StashCLI so that it never clashes with the
         // `Stash` library on case-insensitive file systems.
         .executableTarget(
@@ -31,6 +33,7 @@ let package = Package(
             dependencies: [
                 "Stash",
                 "StashSync",
+                "StashGate",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ],
             path: "Sources/stash"
@@ -38,6 +41,7 @@ let package = Package(
         .testTarget(name: "StashLMDBTests", dependencies: ["StashLMDB"]),
         .testTarget(name: "StashTests", dependencies: ["Stash", "StashLMDB"]),
         .testTarget(name: "StashSyncTests", dependencies: ["StashSync", "Stash"]),
+        .testTarget(name: "StashGateTests", dependencies: ["StashGate", "Stash"]),
     ],
     swiftLanguageModes: [.v6]
 )

@@ -1,0 +1,98 @@
+import Foundation
+import Stash
+import Synchronization
+
+/// The reference time for every gating decision: the highest of the wall clock, the highest
+/// time ever seen (persisted in the store) and the latest snapshot's server time.
+///
+/// Rolling the device clock back therefore never extends a trial, a subscription or the
+/// offline allowance: the reference time stays at the highest instant seen. Reading it is
+/// lock-free and allocation-free (one clock read and an atomic maximum).
+///
+/// The highest time seen is saved under the metadata key `gate.clock` whenever the gate
+/// writes (open, snapshots, authorized writes, credits) and by ``FeatureGate/updates()``.
+public final class ClockGuard: Sendable {
+    /// The wall clock.
+    public let wall: @Sendable () -> Date
+    private let highest: Atomic<Int64>
+    /// The value last written to the store (so writes happen only when it moved).
+    private let saved: Atomic<Int64>
+
+    static let metadataKey = "gate.clock"
+
+    init(wall: @escaping @Sendable () -> Date) {
+        self.wall = wall
+        highest = Atomic(Int64.min)
+        saved = Atomic(Int64.min)
+    }
+
+    /// The reference time in milliseconds since 1970.
+    var referenceMilliseconds: Int64 {
+        observe(milliseconds(wall()))
+    }
+
+    /// The reference time.
+    public var referenceTime: Date { dateFromMilliseconds(referenceMilliseconds) }
+
+    /// The highest instant seen so far (without reading the wall clock).
+    public var highestSeen: Date { dateFromMilliseconds(highest.load(ordering: .acquiring)) }
+
+    /// Raises the highest time seen to `instant` (ms) if it is higher; returns the new highest.
+    @discardableResult
+    func observe(_ instant: Int64) -> Int64 {
+        var current = highest.load(ordering: .acquiring)
+        while instant > current {
+            let (exchanged, original) = highest.compareExchange(expected: current, desired: instant, ordering: .acquiringAndReleasing)
+            if exchanged { return instant }
+            current = original
+        }
+        return current
+    }
+
+    /// Reads the persisted highest time in `reading` and observes it.
+    func load<S: StoreReading>(from reading: S) throws {
+        if let bytes = try reading.metadata(for: Self.metadataKey), let value = decodeInt64(bytes) {
+            observe(value)
+            raiseSaved(to: value)
+        }
+    }
+
+    /// Writes the highest time seen when it moved by at least `threshold` ms since the last
+    /// save (never lowers the stored value, whatever other processes wrote).
+    func save(in tx: StoreTransaction, threshold: Int64 = 0) throws {
+        let value = highest.load(ordering: .acquiring)
+        let last = saved.load(ordering: .acquiring)
+        if last != Int64.min && value - last < max(threshold, 1) { return }
+        let stored = try tx.metadata(for: Self.metadataKey).flatMap(decodeInt64) ?? Int64.min
+        if stored > value { observe(stored) }
+        let newest = max(stored, value)
+        if newest != stored { try tx.setMetadata(encodeInt64(newest), for: Self.metadataKey) }
+        raiseSaved(to: newest)
+    }
+
+    /// True when the highest time seen moved by `threshold` ms or more since the last save.
+    func needsSave(threshold: Int64) -> Bool {
+        let last = saved.load(ordering: .acquiring)
+        return last == Int64.min || highest.load(ordering: .acquiring) - last >= max(threshold, 1)
+    }
+
+    private func raiseSaved(to value: Int64) {
+        var current = saved.load(ordering: .acquiring)
+        while value > current {
+            let (exchanged, original) = saved.compareExchange(expected: current, desired: value, ordering: .acquiringAndReleasing)
+            if exchanged { return }
+            current = original
+        }
+    }
+}
+
+func encodeInt64(_ value: Int64) -> [UInt8] {
+    withUnsafeBytes(of: value.littleEndian) { Array($0) }
+}
+
+func decodeInt64(_ bytes: [UInt8]) -> Int64? {
+    guard bytes.count == 8 else { return nil }
+    var value: Int64 = 0
+    for (i, byte) in bytes.enumerated() { value |= Int64(byte) << (8 * Int64(i)) }
+    return value
+}

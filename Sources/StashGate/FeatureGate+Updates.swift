@@ -1,0 +1,141 @@
+import Dispatch
+import Foundation
+import Stash
+
+/// One state of the premium access, as published by ``FeatureGate/updates()``.
+public struct EntitlementChange: Sendable, Hashable, CustomStringConvertible {
+    /// The premium entitlement per the snapshot.
+    public let entitlement: EntitlementDecision
+    /// The tier in force (entitlement, trial or override).
+    public let tier: Tier
+    /// Where the tier's answer came from.
+    public let reason: EvaluationReason
+    /// The wall-clock instant the change was noticed.
+    public let detectedAt: Date
+
+    var key: Key { Key(status: entitlement.status, entitlementReason: entitlement.reason, tier: tier, reason: reason,
+                       sequence: entitlement.snapshotSequence) }
+
+    struct Key: Hashable {
+        let status: EntitlementStatus
+        let entitlementReason: EvaluationReason
+        let tier: Tier
+        let reason: EvaluationReason
+        let sequence: UInt64?
+    }
+
+    public var description: String { "tier \(tier.rawValue) (\(reason.rawValue)); \(entitlement)" }
+}
+
+/// The premium access as it changes: the current state first, then one element per change
+/// (a snapshot applied here or by another process, an entitlement or trial expiring, the
+/// snapshot going stale). Ends when the consuming task is cancelled.
+///
+/// ```swift
+/// for await change in gate.updates() {
+///     paywall.isUnlocked = change.tier == .premium
+/// }
+/// ```
+/// Each iteration polls on its own dispatch queue (``GateConfiguration/updatePollInterval``,
+/// default 100 ms), off the Swift concurrency pool, so a busy pool delays delivery but never
+/// detection: an expiry is noticed within the poll interval of its instant. A poll allocates
+/// nothing unless something changed and costs one metadata lookup (snapshots cached by
+/// other processes). The poller also saves the highest time seen once a minute.
+public struct EntitlementUpdates: AsyncSequence, Sendable {
+    public typealias Element = EntitlementChange
+    public typealias Failure = Never
+    let gate: FeatureGate
+
+    public func makeAsyncIterator() -> AsyncStream<EntitlementChange>.Iterator {
+        let (stream, continuation) = AsyncStream.makeStream(of: EntitlementChange.self, bufferingPolicy: .unbounded)
+        let poller = UpdatePoller(gate: gate, continuation: continuation)
+        continuation.onTermination = { _ in poller.stop() }
+        poller.start()
+        return stream.makeAsyncIterator()
+    }
+}
+
+/// Polls one gate on a private serial queue and yields changes.
+final class UpdatePoller: @unchecked Sendable {
+    private let gate: FeatureGate
+    private let continuation: AsyncStream<EntitlementChange>.Continuation
+    private let queue = DispatchQueue(label: "stash.gate.updates")
+    /// Touched on `queue` only.
+    private var timer: DispatchSourceTimer?
+    private var last: EntitlementChange.Key?
+
+    init(gate: FeatureGate, continuation: AsyncStream<EntitlementChange>.Continuation) {
+        self.gate = gate
+        self.continuation = continuation
+    }
+
+    func start() {
+        queue.async { [self] in
+            let timer = DispatchSource.makeTimerSource(queue: queue)
+            let interval = gate.configuration.updatePollInterval.components
+            let nanoseconds = Int(interval.seconds) * 1_000_000_000 + Int(interval.attoseconds / 1_000_000_000)
+            timer.schedule(deadline: .now(), repeating: .nanoseconds(max(1_000_000, nanoseconds)), leeway: .milliseconds(5))
+            timer.setEventHandler { [weak self] in self?.poll() }
+            self.timer = timer
+            timer.resume()
+        }
+    }
+
+    func stop() {
+        queue.async { [self] in
+            timer?.cancel()
+            timer = nil
+        }
+    }
+
+    private func poll() {
+        gate.refresh()
+        gate.saveClockIfMoved(threshold: 60_000)
+        let change = gate.currentChange()
+        if change.key != last {
+            last = change.key
+            continuation.yield(change)
+        }
+    }
+}
+
+extension FeatureGate {
+    /// The premium access now and at every change (see ``EntitlementUpdates``).
+    public func updates() -> EntitlementUpdates { EntitlementUpdates(gate: self) }
+
+    /// The premium access now, as ``updates()`` publishes it.
+    public func currentChange() -> EntitlementChange {
+        let reference = clockGuard.referenceMilliseconds
+        let access = access(at: reference)
+        return EntitlementChange(entitlement: entitlement(at: reference), tier: access.tier, reason: access.reason,
+                                 detectedAt: clockGuard.wall())
+    }
+
+    /// Saves the highest time seen now. Call it when the app goes to the background or
+    /// quits; the gate also saves it at open, with snapshots, authorized writes and credits,
+    /// and in the background once it moved by a minute.
+    public func persistClock() throws {
+        _ = clockGuard.referenceMilliseconds
+        guard clockGuard.needsSave(threshold: 1) else { return }
+        do { try store.write(author: "gate") { tx in try clockGuard.save(in: tx) } }
+        catch let error as StoreError { throw GateError(.storage, "gate: cannot save the clock in store \(store.path): \(error.message)", underlying: error) }
+    }
+
+    /// Saves the highest time seen when it moved by `threshold` ms or more since the last save.
+    func saveClockIfMoved(threshold: Int64) {
+        _ = clockGuard.referenceMilliseconds
+        guard clockGuard.needsSave(threshold: threshold) else { return }
+        _ = try? store.write(author: "gate") { tx in try clockGuard.save(in: tx, threshold: threshold) }
+    }
+
+    /// From the hot path: when the reference time moved by a minute since the last save,
+    /// saves it on a background queue (never inside the caller's transaction).
+    func saveClockInBackgroundIfMoved() {
+        guard clockGuard.needsSave(threshold: 60_000) else { return }
+        guard backgroundSave.compareExchange(expected: false, desired: true, ordering: .acquiringAndReleasing).exchanged else { return }
+        DispatchQueue.global(qos: .utility).async { [self] in
+            saveClockIfMoved(threshold: 60_000)
+            backgroundSave.store(false, ordering: .releasing)
+        }
+    }
+}

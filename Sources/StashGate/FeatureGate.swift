@@ -1,0 +1,480 @@
+import Foundation
+import Stash
+import Synchronization
+
+/// Entitlements, trials, feature tiers and free-tier limits for one user of one store,
+/// decided in microseconds and, for writes, inside the write transaction.
+///
+/// ```swift
+/// let store = try Store.open(at: dir, types: [Home.self, Item.self] + FeatureGate.recordTypes)
+/// var config = GateConfiguration(userID: "u1", verifier: HMACSnapshotVerifier(keys: ["k1": appKey]))
+/// config.limits = [.maxRecords(Home.self, 1), .maxRecords(Item.self, 10, per: \.homeID)]
+/// let gate = try FeatureGate.open(store, configuration: config)   // reads the cached snapshot
+///
+/// gate.entitlement()                  // pro: subscribed (cached) until …
+/// gate.check(.use(.intervalTimer))    // denied: requiresPremium(intervalTimer)
+/// try store.write { tx in             // two writers can never both pass the limit
+///     try gate.authorize(.create(Item.self, in: homeID), in: tx)
+///     try tx.insert(item)
+/// }
+/// try gate.apply(signedSnapshot)      // fresh from the server: verified, cached, published
+/// ```
+///
+/// The gate reads its state synchronously at open from the store's metadata (`gate.*` keys):
+/// the signed snapshot of this user, the highest time seen and the first launch. Nothing
+/// needs a network or a service layer, which breaks the "persistence needs premium status,
+/// premium status needs persistence" cycle.
+///
+/// ## Topics
+/// - Entitlements: ``entitlement()``, ``apply(_:)``, ``updates()``, ``trialStatus()``
+/// - Gates: ``check(_:)``, ``check(_:in:)``, ``authorize(_:in:)``, ``tier(of:)``
+/// - Credits: ``credits()``, ``spendCredit(operationID:in:)``, ``grantCredits(_:grantID:in:)``
+/// - Sync: ``syncPolicy``
+public final class FeatureGate: Sendable {
+    public let store: Store
+    public let configuration: GateConfiguration
+    /// The guarded reference time all decisions use.
+    public let clockGuard: ClockGuard
+    /// Sync active ⇔ premium ∧ the user's preference, decided once at open (see ``SyncPolicy``).
+    public var syncPolicy: SyncPolicy { policyAtOpen.withLock { $0 } }
+    private let policyAtOpen = Mutex(SyncPolicy(isPremium: false, preference: false, reason: .default))
+
+    let rules: [LimitRule]
+    let maxOfflineAge: Int64
+    let trialLength: Int64?
+    /// What every check reads: plain values, so reading them neither allocates nor retains.
+    let hot: Mutex<HotState>
+    /// The snapshot itself, for full evaluations.
+    let cache: Mutex<CacheState>
+    let snapshotKey: String
+    let creditsEnabled: Bool
+    /// A background clock save is under way.
+    let backgroundSave = Atomic(false)
+
+    static let firstLaunchKey = "gate.firstLaunch"
+
+    struct HotState: Sendable {
+        var summary = AccessSummary()
+        var serverTime = Int64.min
+        var origin = EvaluationReason.default
+        var firstLaunch = Int64.min
+    }
+
+    struct CacheState: Sendable {
+        /// The last valid snapshot (nil: none yet, or the cached one was rejected).
+        var snapshot: EntitlementSnapshot?
+        /// Why the snapshot last read from the store was refused.
+        var rejection: GateError?
+        /// The bytes last read from or written to the store, to notice changes by other processes.
+        var storedBytes: [UInt8]?
+        /// Bumped at every change of snapshot, for ``updates()``.
+        var generation = 0
+    }
+
+    /// The record types gating keeps in the store (credit accounts and spent operations);
+    /// add them to `Store.open(types:)` to use credits.
+    public static let recordTypes: [any Record.Type] = [CreditAccount.self, CreditOperation.self]
+
+    // MARK: Opening
+
+    /// Opens the gate on `store`: verifies the cached snapshot of the configured user, reads
+    /// and advances the highest time seen, and records the first launch if this is it.
+    ///
+    /// Never fails because of a bad cached snapshot (the gate then starts free, with reason
+    /// `.error`). - Throws: ``GateError`` `.invalidConfiguration` when a limit names a type or
+    /// index the store lacks; `.storage` when the store cannot be written.
+    public static func open(_ store: Store, configuration: GateConfiguration) throws -> FeatureGate {
+        try FeatureGate(store: store, configuration: configuration)
+    }
+
+    private init(store: Store, configuration: GateConfiguration) throws {
+        self.store = store
+        self.configuration = configuration
+        rules = try configuration.limits.map { try $0.resolved(in: store) }
+        clockGuard = ClockGuard(wall: configuration.clock ?? store.clock)
+        maxOfflineAge = Int64((configuration.maxOfflineAge * 1000).rounded())
+        trialLength = configuration.trialLength.map { Int64(($0 * 1000).rounded()) }
+        snapshotKey = "gate.snapshot." + hex(digest16("stash.gate.user", configuration.userID))
+        creditsEnabled = store.schema.type(named: CreditAccount.recordType) != nil
+            && store.schema.type(named: CreditOperation.recordType) != nil
+        hot = Mutex(HotState())
+        cache = Mutex(CacheState())
+        let guardClock = clockGuard
+        let key = snapshotKey
+        var loaded: (bytes: [UInt8]?, firstLaunch: Int64)? = nil
+        do {
+            loaded = try store.write { tx in
+                try guardClock.load(from: tx)
+                let now = guardClock.referenceMilliseconds
+                let first: Int64
+                if let stored = try tx.metadata(for: Self.firstLaunchKey).flatMap(decodeInt64) {
+                    first = stored
+                } else {
+                    first = now
+                    try tx.setMetadata(encodeInt64(now), for: Self.firstLaunchKey)
+                }
+                try guardClock.save(in: tx)
+                return (try tx.metadata(for: key), first)
+            }
+        } catch let error as StoreError {
+            throw GateError(.storage, "gate: cannot open on store \(store.path): \(error.message)", underlying: error)
+        }
+        hot.withLock { $0.firstLaunch = loaded!.firstLaunch }
+        load(loaded!.bytes, origin: .cached, keepValidOnFailure: false)
+        let access = access(at: clockGuard.referenceMilliseconds)
+        let policy = SyncPolicy(isPremium: access.isPremium, preference: store.syncPreferenceAtOpen, reason: access.reason)
+        policyAtOpen.withLock { $0 = policy }
+    }
+
+    // MARK: Snapshots
+
+    /// Verifies a signed envelope: signature, key, payload and user.
+    func validate(_ bytes: [UInt8]) -> Result<EntitlementSnapshot, GateError> {
+        do {
+            let signed = try SignedEntitlementSnapshot(decoding: bytes)
+            return .success(try validate(signed))
+        } catch let error as GateError {
+            return .failure(error)
+        } catch {
+            return .failure(GateError(.malformedSnapshot, "\(error)"))
+        }
+    }
+
+    private func validate(_ signed: SignedEntitlementSnapshot) throws -> EntitlementSnapshot {
+        switch configuration.verifier.check(payload: signed.payload, signature: signed.signature, keyID: signed.keyID) {
+        case .unknownKey:
+            throw GateError(.unknownKey, "entitlement snapshot signed with unknown key '\(signed.keyID)'")
+        case .invalid:
+            throw GateError(.badSignature, "entitlement snapshot signature does not match its payload (key '\(signed.keyID)')")
+        case .valid:
+            break
+        }
+        let snapshot = try EntitlementSnapshot(decoding: signed.payload)
+        guard snapshot.userID == configuration.userID else {
+            throw GateError(.wrongUser, "entitlement snapshot is for user '\(snapshot.userID)', this gate is for '\(configuration.userID)'")
+        }
+        return snapshot
+    }
+
+    /// Takes the snapshot read from the store (`bytes`) as the current one if it is valid and
+    /// not older than the one in memory.
+    private func load(_ bytes: [UInt8]?, origin: EvaluationReason, keepValidOnFailure: Bool) {
+        guard let bytes else {
+            cache.withLock { $0.storedBytes = nil }
+            return
+        }
+        switch validate(bytes) {
+        case .success(let snapshot):
+            let current = cache.withLock { $0.snapshot }
+            if let current, snapshot.sequence < current.sequence {
+                cache.withLock { $0.storedBytes = bytes }
+                return
+            }
+            install(snapshot, storedBytes: bytes, origin: current == snapshot ? hot.withLock { $0.origin } : origin)
+        case .failure(let error):
+            cache.withLock { state in
+                state.storedBytes = bytes
+                state.rejection = error
+                if !keepValidOnFailure { state.snapshot = nil; state.generation += 1 }
+            }
+            if !keepValidOnFailure {
+                hot.withLock { state in
+                    state.summary = AccessSummary()
+                    state.serverTime = Int64.min
+                    state.origin = .error
+                }
+            }
+        }
+    }
+
+    private func install(_ snapshot: EntitlementSnapshot, storedBytes: [UInt8], origin: EvaluationReason) {
+        let serverTime = milliseconds(snapshot.serverTime)
+        clockGuard.observe(serverTime)
+        let summary = AccessSummary(configuration.premiumEntitlement, snapshot.transactions)
+        cache.withLock { state in
+            if state.snapshot != snapshot { state.generation += 1 }
+            state.snapshot = snapshot
+            state.rejection = nil
+            state.storedBytes = storedBytes
+        }
+        hot.withLock { state in
+            state.summary = summary
+            state.serverTime = serverTime
+            state.origin = origin
+        }
+    }
+
+    /// Verifies a signed snapshot from the store of record and makes it current: cached in
+    /// the store (one write transaction), published to ``updates()``, consumable purchases
+    /// credited once.
+    ///
+    /// A rejected snapshot changes nothing: the last valid one stays in force.
+    /// - Throws: ``GateError`` `.badSignature` (any changed byte), `.unknownKey`,
+    ///   `.malformedSnapshot`, `.wrongUser`, `.replayedSnapshot` (a lower sequence number than
+    ///   the cached one, or the same number with other contents), `.storage`.
+    @discardableResult
+    public func apply(_ signed: SignedEntitlementSnapshot) throws -> EntitlementDecision {
+        try apply(signedBytes: signed.encoded())
+    }
+
+    /// ``apply(_:)`` for a JSON envelope as received.
+    @discardableResult
+    public func apply(signedBytes bytes: [UInt8]) throws -> EntitlementDecision {
+        let snapshot: EntitlementSnapshot
+        switch validate(bytes) {
+        case .success(let valid): snapshot = valid
+        case .failure(let error): throw error
+        }
+        let inMemory = cache.withLock { $0.snapshot }
+        let key = snapshotKey
+        do {
+            try store.write(author: "gate") { tx in
+                var newest = inMemory
+                if let stored = try tx.metadata(for: key), case .success(let cached) = validate(stored),
+                   cached.sequence > newest?.sequence ?? 0 || newest == nil {
+                    newest = cached
+                }
+                if let newest {
+                    if snapshot.sequence < newest.sequence {
+                        throw GateError(.replayedSnapshot, "entitlement snapshot \(snapshot.sequence) is older than the cached \(newest.sequence); keeping the cached one")
+                    }
+                    if snapshot.sequence == newest.sequence && snapshot != newest {
+                        throw GateError(.replayedSnapshot, "entitlement snapshot \(snapshot.sequence) differs from the cached one with the same sequence number; keeping the cached one")
+                    }
+                }
+                try tx.setMetadata(bytes, for: key)
+                clockGuard.observe(milliseconds(snapshot.serverTime))
+                try clockGuard.save(in: tx)
+                if creditsEnabled { try creditPurchases(snapshot, in: tx) }
+            }
+        } catch let error as StoreError {
+            throw GateError(.storage, "gate: cannot cache the snapshot in store \(store.path): \(error.message)", underlying: error)
+        }
+        install(snapshot, storedBytes: bytes, origin: .verified)
+        return entitlement()
+    }
+
+    /// Picks up a snapshot another process cached in the store (``updates()`` and
+    /// ``authorize(_:in:)`` do this by themselves).
+    public func refresh() {
+        do { try store.read { try refresh(from: $0) } } catch {}
+    }
+
+    func refresh<S: StoreReading>(from reading: S) throws {
+        let stored = try reading.metadata(for: snapshotKey)
+        if stored == cache.withLock({ $0.storedBytes }) { return }
+        load(stored, origin: .cached, keepValidOnFailure: true)
+    }
+
+    /// The current snapshot (nil when there is none or the cached one was rejected).
+    public var snapshot: EntitlementSnapshot? { cache.withLock { $0.snapshot } }
+
+    // MARK: Entitlement
+
+    /// The premium entitlement at the guarded reference time, with the reason. Never throws.
+    public func entitlement() -> EntitlementDecision {
+        entitlement(at: clockGuard.referenceMilliseconds)
+    }
+
+    func entitlement(at reference: Int64) -> EntitlementDecision {
+        let name = configuration.premiumEntitlement
+        let referenceTime = dateFromMilliseconds(reference)
+        if let override = configuration.override {
+            let status = EntitlementStatus(name, override == .forcePro ? .lifetime : .none)
+            return EntitlementDecision(status: status, reason: .overridden, referenceTime: referenceTime,
+                                       snapshotSequence: nil, snapshotServerTime: nil, error: nil)
+        }
+        let (snapshot, rejection) = cache.withLock { ($0.snapshot, $0.rejection) }
+        let origin = hot.withLock { $0.origin }
+        guard let snapshot else {
+            return EntitlementDecision(status: EntitlementStatus(name, .none), reason: rejection == nil ? .default : .error,
+                                       referenceTime: referenceTime, snapshotSequence: nil, snapshotServerTime: nil,
+                                       error: rejection?.message)
+        }
+        var status = Entitlements.status(of: name, in: snapshot.transactions, atMilliseconds: reference)
+        var reason = origin
+        if status.isActive && status.state != .lifetime && reference - milliseconds(snapshot.serverTime) > maxOfflineAge {
+            status = EntitlementStatus(name, .stale, expiresAt: status.expiresAt.map(milliseconds),
+                                       transaction: snapshot.transactions.first { $0.id == status.transactionID })
+            reason = .stale
+        }
+        return EntitlementDecision(status: status, reason: reason, referenceTime: referenceTime,
+                                   snapshotSequence: snapshot.sequence, snapshotServerTime: snapshot.serverTime,
+                                   error: rejection?.message)
+    }
+
+    /// The premium access at `reference`: the entitlement (with the offline-age rule), the
+    /// local trial and the override. No allocation.
+    func access(at reference: Int64) -> Access {
+        switch configuration.override {
+        case .forcePro?: return Access(isPremium: true, reason: .overridden, trialEnded: false)
+        case .forceFree?: return Access(isPremium: false, reason: .overridden, trialEnded: false)
+        case nil: break
+        }
+        let state = hot.withLock { $0 }
+        var access = Access(isPremium: false, reason: state.origin, trialEnded: false)
+        if state.summary.lifetime {
+            access.isPremium = true
+        } else if reference < state.summary.timeLimitedEnd {
+            if reference - state.serverTime > maxOfflineAge { access.reason = .stale } else { access.isPremium = true }
+        }
+        if !access.isPremium && state.summary.trialEnd != Int64.min && reference >= state.summary.trialEnd {
+            access.trialEnded = true
+        }
+        if let trialLength, state.firstLaunch != Int64.min {
+            if reference < state.firstLaunch &+ trialLength {
+                access.isPremium = true
+                access.trialEnded = false
+            } else if !access.isPremium {
+                access.trialEnded = true
+            }
+        }
+        return access
+    }
+
+    /// The tier in force now.
+    public var tier: Tier { access(at: clockGuard.referenceMilliseconds).tier }
+
+    /// The tier a feature belongs to.
+    public func tier(of feature: Feature) -> Tier {
+        feature == .paywall || configuration.freeFeatures.contains(feature) ? .free : .premium
+    }
+
+    // MARK: Trials
+
+    /// The trial in force or past: the local trial from the first launch (when configured)
+    /// or a free-trial offer in the snapshot, whichever ends later.
+    public func trialStatus() -> TrialStatus {
+        let reference = clockGuard.referenceMilliseconds
+        let state = hot.withLock { $0 }
+        var ends: [(Int64, TrialStatus.Source)] = []
+        if let trialLength, state.firstLaunch != Int64.min { ends.append((state.firstLaunch &+ trialLength, .firstLaunch)) }
+        if state.summary.trialEnd != Int64.min { ends.append((state.summary.trialEnd, .purchase)) }
+        guard let (end, source) = ends.max(by: { $0.0 < $1.0 }) else {
+            return TrialStatus(state: .none, endsAt: nil, remaining: 0, source: nil)
+        }
+        let remaining = max(0, TimeInterval(end - reference) / 1000)
+        return TrialStatus(state: reference < end ? .active : .expired, endsAt: dateFromMilliseconds(end),
+                           remaining: reference < end ? remaining : 0, source: source)
+    }
+
+    /// The first launch on this store (the local trial starts here), clock-guarded.
+    public var firstLaunch: Date { dateFromMilliseconds(hot.withLock { $0.firstLaunch }) }
+
+    // MARK: Checks
+
+    /// Decides `action` now. Limit counts are read in one recycled read transaction
+    /// (O(1) index counts); feature and view checks touch no storage. Never throws.
+    ///
+    /// For a creation that must not race other writers, use ``authorize(_:in:)`` inside the
+    /// write transaction instead.
+    public func check(_ action: GateAction) -> GateDecision {
+        let access = access(at: clockGuard.referenceMilliseconds)
+        saveClockInBackgroundIfMoved()
+        if let decision = decideWithoutCounts(action, access) { return decision }
+        do {
+            return try store.read { snapshot in try decideCreation(action, access, snapshot) }
+        } catch {
+            return .deny(.checkFailed, Access(isPremium: false, reason: .error, trialEnded: false))
+        }
+    }
+
+    /// Decides `action` with the counts `reading` sees (a snapshot or a write transaction).
+    public func check<S: StoreReading>(_ action: GateAction, in reading: S) -> GateDecision {
+        let access = access(at: clockGuard.referenceMilliseconds)
+        saveClockInBackgroundIfMoved()
+        if let decision = decideWithoutCounts(action, access) { return decision }
+        do {
+            return try decideCreation(action, access, reading)
+        } catch {
+            return .deny(.checkFailed, Access(isPremium: false, reason: .error, trialEnded: false))
+        }
+    }
+
+    /// Checks `action` inside the write transaction that performs it, so the counts are the
+    /// ones this transaction commits to: two writers (threads or processes) can never both
+    /// pass a limit, because LMDB runs one write transaction at a time and the second one
+    /// sees the first one's record.
+    ///
+    /// Also picks up a snapshot cached by another process and saves the highest time seen.
+    /// - Throws: ``GateError`` `.denied` with the ``GateError/decision``; the transaction rolls back.
+    @discardableResult
+    public func authorize(_ action: GateAction, in tx: StoreTransaction) throws -> GateDecision {
+        try? refresh(from: tx)
+        _ = clockGuard.referenceMilliseconds
+        try? clockGuard.save(in: tx, threshold: 1000)
+        let decision = check(action, in: tx)
+        guard decision.isAllowed else {
+            throw GateError(.denied, "gate: \(describe(action)) denied: \(decision.denial!) (tier \(decision.tier.rawValue), \(decision.reason.rawValue))",
+                            decision: decision)
+        }
+        return decision
+    }
+
+    private func decideWithoutCounts(_ action: GateAction, _ access: Access) -> GateDecision? {
+        if access.isPremium { return .allow(access) }
+        if configuration.accessModel == .hardGate {
+            return action.kind == .use && action.feature == .paywall ? .allow(access) : .deny(.hardGate, access)
+        }
+        switch action.kind {
+        case .view, .edit, .delete:
+            return .allow(access)
+        case .use:
+            guard let feature = action.feature, tier(of: feature) == .premium else { return .allow(access) }
+            return .deny(access.trialEnded ? .trialExpired : .requiresPremium(feature), access)
+        case .create:
+            return rules.isEmpty ? .allow(access) : nil
+        }
+    }
+
+    /// The downgrade-safe limit rule: over any free limit ⇒ no creation at all; otherwise the
+    /// limit of the created type (and parent).
+    private func decideCreation<S: StoreReading>(_ action: GateAction, _ access: Access, _ reading: S) throws -> GateDecision {
+        for rule in rules {
+            let total = try rule.counter.total(reading)
+            if rule.parentField == nil {
+                if total > rule.maximum { return .deny(.overLimit, access) }
+            } else if total > rule.maximum, try rule.counter.largestGroup(reading) > rule.maximum {
+                // No group is larger than the whole type, so the walk runs only when needed.
+                return .deny(.overLimit, access)
+            }
+        }
+        for rule in rules where rule.matches(action) {
+            if rule.parentField == nil {
+                if try rule.counter.total(reading) >= rule.maximum { return .deny(rule.denial, access) }
+            } else if let parent = action.parent {
+                if try rule.counter.count(reading, parent: parent) >= rule.maximum { return .deny(rule.denial, access) }
+            }
+        }
+        return .allow(access)
+    }
+
+    func describe(_ action: GateAction) -> String {
+        switch action.kind {
+        case .create:
+            let name = action.typeName ?? rules.first { $0.typeKey == action.typeKey }?.typeName ?? "record"
+            return "creating \(name)" + (action.parent.map { " in \($0)" } ?? "")
+        case .use: return "using \(action.feature?.name ?? "?")"
+        case .view: return "viewing"
+        case .edit: return "editing"
+        case .delete: return "deleting"
+        }
+    }
+}
+
+/// A trial's state for the UI.
+public struct TrialStatus: Sendable, Hashable {
+    public enum State: String, Sendable, Hashable { case none, active, expired }
+    /// Where the trial comes from.
+    public enum Source: String, Sendable, Hashable {
+        /// The local trial counted from the first launch.
+        case firstLaunch
+        /// A free-trial offer among the purchases.
+        case purchase
+    }
+    public let state: State
+    public let endsAt: Date?
+    /// Seconds left (0 unless active).
+    public let remaining: TimeInterval
+    public let source: Source?
+}

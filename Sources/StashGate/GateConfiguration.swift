@@ -1,0 +1,210 @@
+import Foundation
+import Stash
+
+/// Everything a ``FeatureGate`` needs to know, as one value: who the user is, how snapshots
+/// are verified, what is free, the limits, trials, credits and test overrides. Nothing is
+/// read from globals or the environment.
+///
+/// ```swift
+/// var config = GateConfiguration(userID: account.id, verifier: HMACSnapshotVerifier(keys: ["k1": appKey]))
+/// config.freeFeatures = [.quickTimer, .articles]
+/// config.limits = [.maxRecords(Home.self, 1), .maxRecords(Item.self, 10, per: \.homeID)]
+/// let gate = try FeatureGate.open(store, configuration: config)
+/// ```
+public struct GateConfiguration: Sendable {
+    /// The signed-in user. Snapshots for anyone else are refused, and each user has their
+    /// own cached snapshot in the store.
+    public var userID: String
+    /// Checks snapshot signatures.
+    public var verifier: any SnapshotVerifier
+    /// The entitlement that unlocks the premium tier. Default `"pro"`.
+    public var premiumEntitlement = "pro"
+    /// The free tier's features; the premium tier has every feature.
+    public var freeFeatures: Set<Feature> = []
+    /// Free-tier limits, counted from indexes. Premium has none.
+    public var limits: [LimitRule] = []
+    /// How long a cached snapshot keeps time-limited entitlements alive without a fresh one
+    /// (measured from its server time to the reference time). Default 3 days.
+    public var maxOfflineAge: TimeInterval = 3 * 86_400
+    /// A local trial with full access from the first launch on this store (nil: none).
+    public var trialLength: TimeInterval?
+    /// Freemium (free tier + premium) or a hard gate (nothing but the paywall once the trial
+    /// is over without a subscription).
+    public var accessModel: AccessModel = .freemium
+    /// Credits granted once per user on first use of credits. Default 3.
+    public var freeCredits = 3
+    /// Forces a tier for tests and previews; nil (the default) in production.
+    public var override: GateOverride?
+    /// The wall clock; nil uses the store's clock (``StoreOptions/clock``).
+    public var clock: (@Sendable () -> Date)?
+    /// How often ``FeatureGate/updates()`` looks for expiries and snapshots applied by other
+    /// processes. Default 100 ms (an expiry is published well within 1 s).
+    public var updatePollInterval: Duration = .milliseconds(100)
+
+    public init(userID: String, verifier: any SnapshotVerifier) {
+        self.userID = userID
+        self.verifier = verifier
+    }
+
+    /// A hard-gated app: `trialDays` of full access from the first launch, then only the
+    /// paywall without an active subscription.
+    public static func hardGate(userID: String, verifier: any SnapshotVerifier, trialDays: Int = 7) -> GateConfiguration {
+        var config = GateConfiguration(userID: userID, verifier: verifier)
+        config.accessModel = .hardGate
+        config.trialLength = TimeInterval(trialDays) * 86_400
+        return config
+    }
+}
+
+/// How a non-premium user is treated.
+public enum AccessModel: String, Sendable, Hashable {
+    /// Free features and free limits; premium unlocks everything.
+    case freemium
+    /// Everything but ``Feature/paywall`` is denied (``DenialReason/hardGate``).
+    case hardGate
+}
+
+/// A test override of the tier: explicit configuration, never a global.
+public enum GateOverride: String, Sendable, Hashable {
+    /// Free tier whatever the snapshot says (and no local trial).
+    case forceFree
+    /// Premium tier whatever the snapshot says.
+    case forcePro
+}
+
+/// A free-tier limit: at most `maximum` records of a type, in all or per parent.
+///
+/// ```swift
+/// .maxRecords(Home.self, 1)                       // 1 home     → homeLimitReached
+/// .maxRecords(Item.self, 10, per: \.homeID)       // 10 per home → itemLimitReached
+/// ```
+/// Counts come from the store in O(1): the type's count and an index on the parent field
+/// (the type must declare `.index(\.homeID)`).
+public struct LimitRule: Sendable {
+    /// The stored type name.
+    public let typeName: String
+    public let maximum: Int
+    /// The parent field for per-parent limits.
+    public let parentField: String?
+    let typeKey: ObjectIdentifier?
+    let counter: any LimitCounter
+
+    /// At most `maximum` records of `type` in the store.
+    public static func maxRecords<R: Record>(_ type: R.Type, _ maximum: Int) -> LimitRule {
+        LimitRule(typeName: R.recordType, maximum: maximum, parentField: nil, typeKey: ObjectIdentifier(type),
+                  counter: TypedLimitCounter<R>(parent: nil))
+    }
+
+    /// At most `maximum` records of `type` per value of `parent` (which must be indexed).
+    public static func maxRecords<R: Record>(_ type: R.Type, _ maximum: Int, per parent: KeyPath<R, RecordID>) -> LimitRule {
+        let counter = TypedLimitCounter<R>(parent: UncheckedKeyPath(keyPath: parent))
+        return LimitRule(typeName: R.recordType, maximum: maximum, parentField: counter.fieldName,
+                         typeKey: ObjectIdentifier(type), counter: counter)
+    }
+
+    /// The same limits by stored names, for schema-driven code (the CLI).
+    public static func maxRecords(typeNamed name: String, _ maximum: Int, perField parentField: String? = nil) -> LimitRule {
+        LimitRule(typeName: name, maximum: maximum, parentField: parentField, typeKey: nil,
+                  counter: NamedLimitCounter(type: name, field: parentField))
+    }
+
+    /// The denial when this limit is reached.
+    public var denial: DenialReason { parentField == nil ? .homeLimitReached : .itemLimitReached }
+
+    func resolved(in store: Store) throws -> LimitRule {
+        LimitRule(typeName: typeName, maximum: maximum, parentField: parentField, typeKey: typeKey,
+                  counter: try counter.resolved(in: store))
+    }
+
+    func matches(_ action: GateAction) -> Bool {
+        if let key = action.typeKey, let typeKey { return key == typeKey }
+        return action.typeName == typeName
+    }
+}
+
+/// Counts for one limit in any transaction. Implementations are resolved once at open so
+/// that counting allocates nothing.
+protocol LimitCounter: Sendable {
+    func resolved(in store: Store) throws -> any LimitCounter
+    /// Records of the type.
+    func total<S: StoreReading>(_ reading: S) throws -> Int
+    /// Records of the type with this parent.
+    func count<S: StoreReading>(_ reading: S, parent: RecordID) throws -> Int
+    /// The largest number of records sharing one parent.
+    func largestGroup<S: StoreReading>(_ reading: S) throws -> Int
+}
+
+/// Key paths are immutable; the wrapper lets a Sendable rule hold one.
+struct UncheckedKeyPath<R: Record>: @unchecked Sendable {
+    let keyPath: KeyPath<R, RecordID>
+}
+
+struct TypedLimitCounter<R: Record>: LimitCounter {
+    let parent: UncheckedKeyPath<R>?
+    var type: TypeHandle<R>?
+    var index: IndexHandle<R, RecordID>?
+
+    init(parent: UncheckedKeyPath<R>?) { self.parent = parent }
+
+    var fieldName: String? {
+        guard let parent else { return nil }
+        // `\Item.homeID` prints as "\Item.homeID": the stored name is what follows the type.
+        let text = String(describing: parent.keyPath)
+        return text.firstIndex(of: ".").map { String(text[text.index(after: $0)...]) } ?? text
+    }
+
+    func resolved(in store: Store) throws -> any LimitCounter {
+        var copy = self
+        do {
+            copy.type = try store.typeHandle(R.self)
+            if let parent { copy.index = try store.index(parent.keyPath) }
+        } catch let error as StoreError {
+            throw GateError(.invalidConfiguration, "gate limit on \(R.recordType): \(error.message)", underlying: error)
+        }
+        return copy
+    }
+
+    func total<S: StoreReading>(_ reading: S) throws -> Int { try reading.count(type!) }
+
+    func count<S: StoreReading>(_ reading: S, parent: RecordID) throws -> Int {
+        guard let index else { return try total(reading) }
+        return try reading.count(index, equals: parent)
+    }
+
+    func largestGroup<S: StoreReading>(_ reading: S) throws -> Int {
+        guard let index else { return try total(reading) }
+        return try reading.largestGroupCount(index)
+    }
+}
+
+struct NamedLimitCounter: LimitCounter {
+    let type: String
+    let field: String?
+
+    func resolved(in store: Store) throws -> any LimitCounter {
+        guard let schema = store.schema.type(named: type) else {
+            throw GateError(.invalidConfiguration, "gate limit on \(type): store \(store.path) has no type '\(type)' (known: \(store.schema.types.map(\.name).sorted().joined(separator: ", ")))")
+        }
+        if let field, schema.field(named: field) == nil {
+            throw GateError(.invalidConfiguration, "gate limit on \(type): \(type) has no field '\(field)' (fields: \(schema.fields.map(\.name).sorted().joined(separator: ", ")))")
+        }
+        return self
+    }
+
+    func total<S: StoreReading>(_ reading: S) throws -> Int { try reading.count(typeNamed: type) }
+
+    func count<S: StoreReading>(_ reading: S, parent: RecordID) throws -> Int {
+        guard let field else { return try total(reading) }
+        return try reading.count(typeNamed: type, where: [QueryCondition(field: field, op: .equal, value: .uuid(parent.uuid))])
+    }
+
+    func largestGroup<S: StoreReading>(_ reading: S) throws -> Int {
+        guard let field else { return try total(reading) }
+        var groups: [FieldValue: Int] = [:]
+        try reading.forEachRecord(typeNamed: type) { record in
+            groups[record.fields[field] ?? .null, default: 0] += 1
+            return true
+        }
+        return groups.values.max() ?? 0
+    }
+}

@@ -1,0 +1,185 @@
+import Foundation
+import Stash
+
+/// A feature of the app, gated by tier: free features are in ``GateConfiguration/freeFeatures``,
+/// every other feature needs the premium tier.
+///
+/// ```swift
+/// extension Feature {
+///     static let quickTimer: Feature = "quickTimer"
+///     static let articles: Feature = "articles"
+///     static let intervalTimer: Feature = "intervalTimer"
+/// }
+/// ```
+public struct Feature: Hashable, Sendable, ExpressibleByStringLiteral, CustomStringConvertible {
+    public let name: String
+    public init(_ name: String) { self.name = name }
+    public init(stringLiteral value: String) { self.name = value }
+    /// An app's own feature enum: `Feature(TimerFeature.quickTimer)`.
+    public init<T: RawRepresentable>(_ value: T) where T.RawValue == String { self.name = value.rawValue }
+    public var description: String { name }
+
+    /// The paywall: always allowed, also behind a hard gate.
+    public static let paywall: Feature = "paywall"
+}
+
+/// The two tiers: free (``GateConfiguration/freeFeatures`` and the free limits) and premium
+/// (every feature, no limits).
+public enum Tier: String, Sendable, Hashable, Codable {
+    case free, premium
+}
+
+/// Where an entitlement evaluation got its answer. Every evaluation carries one.
+public enum EvaluationReason: String, Sendable, Hashable, Codable {
+    /// A snapshot verified and applied while this gate runs.
+    case verified
+    /// The snapshot cached in the store, verified again at open (offline start).
+    case cached
+    /// The cached snapshot is older than the maximum offline age: time-limited entitlements
+    /// are not granted until a fresh snapshot arrives (lifetime purchases still are).
+    case stale
+    /// No snapshot for this user: the free defaults.
+    case `default`
+    /// The cached snapshot failed verification (edited, unknown key) or the store could not
+    /// be read: the free defaults.
+    case error
+    /// A test override (``GateOverride``) decided.
+    case overridden
+}
+
+/// Why an action is denied: what the paywall shows.
+public enum DenialReason: Sendable, Hashable, CustomStringConvertible {
+    /// A limit on a top-level type (free: 1 home) is reached.
+    case homeLimitReached
+    /// A per-parent limit (free: 10 items per home) is reached for this parent.
+    case itemLimitReached
+    /// Not premium and already above a free limit (after a downgrade): no creation at all,
+    /// while view, search and edit stay allowed.
+    case overLimit
+    /// The feature is in the premium tier only.
+    case requiresPremium(Feature)
+    /// The feature is premium and the trial that unlocked it has ended.
+    case trialExpired
+    /// Hard gate: the trial is over and there is no subscription; only the paywall is allowed.
+    case hardGate
+    /// The limit counts could not be read (a storage error): denied to be safe.
+    case checkFailed
+
+    public var description: String {
+        switch self {
+        case .homeLimitReached: "homeLimitReached"
+        case .itemLimitReached: "itemLimitReached"
+        case .overLimit: "overLimit"
+        case .requiresPremium(let feature): "requiresPremium(\(feature))"
+        case .trialExpired: "trialExpired"
+        case .hardGate: "hardGate"
+        case .checkFailed: "checkFailed"
+        }
+    }
+}
+
+/// Something the app wants to do, to be checked by ``FeatureGate/check(_:)`` or
+/// ``FeatureGate/authorize(_:in:)``.
+///
+/// ```swift
+/// gate.check(.use(.intervalTimer))
+/// try gate.authorize(.create(Item.self, in: homeID), in: tx)
+/// ```
+public struct GateAction: Sendable, Hashable {
+    public enum Kind: Sendable, Hashable {
+        case create, use, view, edit, delete
+    }
+
+    public let kind: Kind
+    public let feature: Feature?
+    /// The created type: by Swift type (typed limits) or by name (schema-driven limits).
+    let typeKey: ObjectIdentifier?
+    public let typeName: String?
+    /// The parent the new record belongs to (`homeID` for an item).
+    public let parent: RecordID?
+
+    /// Creating a record of `type`, inside `parent` for per-parent limits.
+    public static func create<R: Record>(_ type: R.Type, in parent: RecordID? = nil) -> GateAction {
+        GateAction(kind: .create, feature: nil, typeKey: ObjectIdentifier(type), typeName: nil, parent: parent)
+    }
+
+    /// Creating a record of the stored type `name` (schema-driven code such as the CLI).
+    public static func create(typeNamed name: String, in parent: RecordID? = nil) -> GateAction {
+        GateAction(kind: .create, feature: nil, typeKey: nil, typeName: name, parent: parent)
+    }
+
+    /// Using a feature.
+    public static func use(_ feature: Feature) -> GateAction {
+        GateAction(kind: .use, feature: feature, typeKey: nil, typeName: nil, parent: nil)
+    }
+
+    /// Viewing or searching (allowed in every tier, denied only by a hard gate).
+    public static let view = GateAction(kind: .view, feature: nil, typeKey: nil, typeName: nil, parent: nil)
+    /// Editing existing records (allowed in every tier, also over a limit; denied by a hard gate).
+    public static let edit = GateAction(kind: .edit, feature: nil, typeKey: nil, typeName: nil, parent: nil)
+    /// Deleting records (always allowed except behind a hard gate).
+    public static let delete = GateAction(kind: .delete, feature: nil, typeKey: nil, typeName: nil, parent: nil)
+}
+
+/// The answer to a gate check: allowed or not, why not, the tier in force and where the
+/// entitlement answer came from.
+public struct GateDecision: Sendable, Hashable, CustomStringConvertible {
+    public let isAllowed: Bool
+    /// Nil when allowed.
+    public let denial: DenialReason?
+    public let tier: Tier
+    public let reason: EvaluationReason
+
+    static func allow(_ access: Access) -> GateDecision {
+        GateDecision(isAllowed: true, denial: nil, tier: access.tier, reason: access.reason)
+    }
+
+    static func deny(_ denial: DenialReason, _ access: Access) -> GateDecision {
+        GateDecision(isAllowed: false, denial: denial, tier: access.tier, reason: access.reason)
+    }
+
+    public var description: String {
+        let head = isAllowed ? "allowed" : "denied: \(denial!)"
+        return "\(head) (tier \(tier.rawValue), \(reason.rawValue))"
+    }
+}
+
+/// The state of the premium entitlement at the reference time, with where it came from.
+public struct EntitlementDecision: Sendable, Hashable, CustomStringConvertible {
+    /// The entitlement's state per the snapshot (``EntitlementState/stale`` past the offline age).
+    public let status: EntitlementStatus
+    public let reason: EvaluationReason
+    /// The guarded reference time the decision was made at.
+    public let referenceTime: Date
+    /// The snapshot behind it (nil: none, or rejected).
+    public let snapshotSequence: UInt64?
+    public let snapshotServerTime: Date?
+    /// Why the cached snapshot was rejected, when ``reason`` is `.error`.
+    public let error: String?
+
+    public var isActive: Bool { status.isActive }
+
+    public var description: String {
+        var text = "\(status.entitlement): \(status.state.rawValue) (\(reason.rawValue))"
+        if let end = status.expiresAt { text += " until \(formatInstant(end))" }
+        if let error { text += "; \(error)" }
+        return text
+    }
+}
+
+/// The premium access in force at one instant: the entitlement, trials and overrides folded
+/// into a tier. Computed without allocation on every check.
+struct Access: Sendable, Hashable {
+    var isPremium: Bool
+    var reason: EvaluationReason
+    /// A trial (store offer or local) existed and has ended, and nothing else grants premium.
+    var trialEnded: Bool
+    var tier: Tier { isPremium ? .premium : .free }
+}
+
+/// `2026-01-01T00:00:00.000Z`.
+func formatInstant(_ date: Date) -> String {
+    let formatter = ISO8601DateFormatter()
+    formatter.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
+    return formatter.string(from: date)
+}

@@ -1,0 +1,53 @@
+import Foundation
+
+/// An error from gating: a rejected snapshot, a denied action, a refused credit spend.
+///
+/// ```swift
+/// do { try gate.apply(signedSnapshot) }
+/// catch let error as GateError where error.code == .replayedSnapshot { … }   // keep the cached one
+/// ```
+/// `Code` is an extensible struct: new codes never break a `switch` with a `default`.
+/// Evaluations (``FeatureGate/entitlement()``, ``FeatureGate/check(_:)``) never throw; these
+/// errors come from operations that change something.
+public struct GateError: Error, CustomStringConvertible, Sendable {
+    public struct Code: Hashable, Sendable, CustomStringConvertible {
+        private let name: String
+        private init(_ name: String) { self.name = name }
+        public var description: String { name }
+
+        /// The signature does not match the payload (a changed byte, or the wrong key).
+        public static let badSignature = Code("badSignature")
+        /// The snapshot names a key id the verifier does not know.
+        public static let unknownKey = Code("unknownKey")
+        /// The envelope or payload is not a snapshot (bad JSON, missing members).
+        public static let malformedSnapshot = Code("malformedSnapshot")
+        /// The snapshot's sequence number is lower than the cached one (or equal with
+        /// different contents): an old snapshot replayed.
+        public static let replayedSnapshot = Code("replayedSnapshot")
+        /// The snapshot belongs to another user.
+        public static let wrongUser = Code("wrongUser")
+        /// ``FeatureGate/authorize(_:in:)`` refused the action; ``GateError/decision`` says why.
+        public static let denied = Code("denied")
+        /// A credit spend with no credits left.
+        public static let insufficientCredits = Code("insufficientCredits")
+        /// The gate's configuration cannot work with this store (missing index, unknown type).
+        public static let invalidConfiguration = Code("invalidConfiguration")
+        /// The store failed; ``GateError/underlying`` holds the cause.
+        public static let storage = Code("storage")
+    }
+
+    public let code: Code
+    public let message: String
+    /// For `.denied`: the decision with its reason.
+    public let decision: GateDecision?
+    public let underlying: (any Error & Sendable)?
+
+    public init(_ code: Code, _ message: String, decision: GateDecision? = nil, underlying: (any Error & Sendable)? = nil) {
+        self.code = code
+        self.message = message
+        self.decision = decision
+        self.underlying = underlying
+    }
+
+    public var description: String { message }
+}

@@ -1,0 +1,127 @@
+import Foundation
+import Stash
+import StashGate
+import Testing
+
+/// The reference time: max(wall clock, highest time seen, snapshot server time).
+@Suite struct ClockGuardTests {
+    @Test func rollingTheClockBackNeverExtendsAnything() throws {
+        let f = try Fixture(start: instant(0)) { $0.trialLength = 7 * Double(day / 1000) }
+        try f.gate.apply(try signed([Tx.subscription("t1", expires: 30 * day)], server: 0))
+        f.clock.set(instant(31 * day))
+        #expect(f.gate.tier == .free)   // subscription and trial are over
+        #expect(f.gate.entitlement().status.state == .expired)
+        // The user sets the device clock back a month: still over, now and after a relaunch.
+        f.clock.set(instant(day))
+        #expect(f.gate.tier == .free)
+        #expect(f.gate.clockGuard.referenceTime == instant(31 * day))
+        let relaunched = try f.relaunch()
+        #expect(relaunched.tier == .free)
+        #expect(relaunched.entitlement().referenceTime == instant(31 * day))
+        #expect(relaunched.trialStatus().state == .expired)
+    }
+
+    @Test func highestTimeSeenIsPersistedAcrossLaunches() throws {
+        let f = try Fixture(start: instant(5 * day))
+        f.clock.set(instant(9 * day))
+        _ = f.gate.check(.use("x"))
+        // Writes through the gate save it (here: an authorized creation).
+        let home = try f.addHome()
+        #expect(f.create(Item(homeID: home, name: "lamp")) == nil)
+        f.clock.set(instant(0))
+        #expect(try f.relaunch().clockGuard.referenceTime == instant(9 * day))
+        // A snapshot's server time counts as seen too.
+        try f.gate.apply(try signed([], sequence: 1, server: 20 * day))
+        f.clock.set(instant(0))
+        #expect(try f.relaunch().clockGuard.referenceTime == instant(20 * day))
+    }
+
+    @Test func movedReferenceTimeIsSavedInTheBackgroundByChecks() async throws {
+        let f = try Fixture(start: instant(0))
+        f.clock.set(instant(2 * day))
+        _ = f.gate.check(.use("quickTimer"))   // notices the move; saves off the hot path
+        let deadline = Date().addingTimeInterval(5)
+        var stored: Int64?
+        while Date() < deadline {
+            stored = try f.store.metadata(for: "gate.clock").map { bytes in bytes.enumerated().reduce(Int64(0)) { $0 | Int64($1.element) << (8 * Int64($1.offset)) } }
+            if stored == t0 + 2 * day { break }
+            try await Task.sleep(for: .milliseconds(10))
+        }
+        #expect(stored == t0 + 2 * day)
+    }
+
+    @Test(arguments: [UInt64(11), 12, 13])
+    func referenceTimeIsMonotoneUnderRandomClockJumps(seed: UInt64) async throws {
+        var rng = SeededGenerator(seed: seed)
+        let f = try Fixture(start: instant(0))
+        var previous = f.gate.clockGuard.referenceTime
+        var highestWall = instant(0)
+        for step in 0..<200 {
+            await Task.yield()   // long property runs leave the shared pool to other tests
+            let wall = instant(Int64.random(in: -30 * day...(60 * day), using: &rng))
+            f.clock.set(wall)
+            highestWall = max(highestWall, wall)
+            if Int.random(in: 0..<20, using: &rng) == 0 { try f.relaunch() }
+            let reference = f.gate.clockGuard.referenceTime
+            #expect(reference >= previous, "seed \(seed) step \(step)")
+            #expect(reference == max(highestWall, wall), "seed \(seed) step \(step)")
+            previous = reference
+        }
+    }
+
+    @Test func pastTheMaximumOfflineAgeSubscriptionsAreStaleLifetimeStays() throws {
+        let f = try Fixture(start: instant(0))
+        try f.gate.apply(try signed([Tx.subscription("t1", expires: 365 * day)], server: 0))
+        f.clock.set(instant(3 * day))
+        #expect(f.gate.entitlement().isActive)         // exactly 3 days old: still fine
+        f.clock.set(instant(3 * day + 1))
+        let stale = f.gate.entitlement()
+        #expect(!stale.isActive)
+        #expect(stale.status.state == .stale)          // not "free": the app can say "reconnect"
+        #expect(stale.reason == .stale)
+        #expect(f.gate.tier == .free)
+        #expect(f.gate.check(.use("intervalTimer")).reason == .stale)
+        // A fresh snapshot ends it.
+        try f.gate.apply(try signed([Tx.subscription("t1", expires: 365 * day)], sequence: 2, server: 3 * day + 1))
+        #expect(f.gate.entitlement().isActive)
+        #expect(f.gate.entitlement().reason == .verified)
+        // Lifetime is not time-limited: never stale.
+        try f.gate.apply(try signed([Tx.lifetime("l1")], sequence: 3, server: 3 * day + 1))
+        f.clock.set(instant(400 * day))
+        #expect(f.gate.entitlement().status.state == .lifetime)
+        #expect(f.gate.tier == .premium)
+        // A custom maximum offline age.
+        let strict = try f.relaunch { $0.maxOfflineAge = 60 }
+        try strict.apply(try signed([Tx.subscription("t1", expires: 500 * day)], sequence: 4, server: 400 * day))
+        f.clock.set(instant(400 * day + minute))
+        #expect(strict.entitlement().isActive)
+        f.clock.set(instant(400 * day + minute + 1))
+        #expect(strict.entitlement().status.state == .stale)
+    }
+
+    @Test(arguments: [UInt64(21), 22, 23])
+    func forAFixedSnapshotTimeOnlyRemovesAccess(seed: UInt64) async throws {
+        var rng = SeededGenerator(seed: seed)
+        for round in 0..<25 {
+            let f = try Fixture(start: instant(0)) {
+                $0.trialLength = Bool.random(using: &rng) ? Double(Int64.random(in: 0...(10 * day), using: &rng)) / 1000 : nil
+                $0.maxOfflineAge = Double(Int64.random(in: 0...(5 * day), using: &rng)) / 1000
+            }
+            try f.gate.apply(try signed(EntitlementTests.randomTransactions(&rng), server: Int64.random(in: 0...day, using: &rng)))
+            var wasPremium = true
+            var wasActive = true
+            for step in 0..<40 {
+                await Task.yield()
+                // The wall clock jumps anywhere, backwards included; relaunches happen.
+                f.clock.set(instant(Int64.random(in: -10 * day...(70 * day), using: &rng)))
+                if Int.random(in: 0..<8, using: &rng) == 0 { try f.relaunch() }
+                let premium = f.gate.tier == .premium
+                let active = f.gate.entitlement().isActive
+                #expect(!(premium && !wasPremium), "seed \(seed) round \(round) step \(step): premium came back")
+                #expect(!(active && !wasActive), "seed \(seed) round \(round) step \(step): entitlement came back")
+                wasPremium = premium
+                wasActive = active
+            }
+        }
+    }
+}
