@@ -1,0 +1,245 @@
+import ArgumentParser
+import Foundation
+import Stash
+import StashGate
+
+/// `stash gate DIR VERB …`: entitlements and free-tier limits on any store.
+///
+/// The command works on generic stores, so the free-tier limits are named: a top-level type
+/// (`--home-type`, default Home, at most `--max-homes`) and a child type (`--item-type`,
+/// default Item) counted per value of its parent field (`--parent-field`, default homeID, at
+/// most `--max-items` per parent). A limit whose type the store lacks is left out.
+struct Gate: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Entitlements and free-tier limits: status, can-create, create, apply-snapshot.",
+        discussion: """
+        Verbs:
+          status                      the user's entitlement, tier, trial, sync policy, limit usage
+          can-create TYPE [--in ID]   would creating a TYPE (in parent ID) be allowed? exit 0 yes, 3 no
+          create TYPE JSON            authorize and insert in ONE write transaction (prints the id);
+                                      with --repeat N, N transactions, "{n}" in JSON replaced by 0..N-1;
+                                      exit 3 when a creation was denied
+          apply-snapshot FILE         verify a signed snapshot envelope and cache it in the store
+
+        Keys: --key-file names a text file with one HMAC-SHA256 app key per line, as
+        KEYID=BASE64 (or a bare BASE64 key, whose id is "default"); lines starting with # are
+        ignored. Snapshot envelopes are JSON: {"keyID": …, "payload": BASE64, "signature": BASE64}.
+        Without a key file, cached snapshots cannot be verified and the user is free (reason error).
+        """)
+
+    enum Verb: String, ExpressibleByArgument, CaseIterable {
+        case status
+        case canCreate = "can-create"
+        case create
+        case applySnapshot = "apply-snapshot"
+    }
+
+    @Argument(help: "The store directory.") var directory: String
+    @Argument(help: "status | can-create | create | apply-snapshot") var verb: Verb
+    @Argument(help: "The verb's operands (TYPE, JSON, FILE).") var operands: [String] = []
+
+    @Option(help: "The signed-in user id.") var user = "default"
+    @Option(name: .customLong("key-file"), help: "A file of app keys (KEYID=BASE64 per line; repeatable).") var keyFiles: [String] = []
+    @Option(name: .customLong("in"), help: "can-create: the parent record id (e.g. the home).") var parent: String?
+    @Option(name: .customLong("home-type"), help: "The top-level limited type.") var homeType = "Home"
+    @Option(name: .customLong("item-type"), help: "The per-parent limited type.") var itemType = "Item"
+    @Option(name: .customLong("parent-field"), help: "The item type's parent field.") var parentField = "homeID"
+    @Option(name: .customLong("max-homes"), help: "Free limit on the top-level type.") var maxHomes = 1
+    @Option(name: .customLong("max-items"), help: "Free limit per parent.") var maxItems = 10
+    @Option(name: .customLong("entitlement"), help: "The entitlement that unlocks premium.") var entitlement = "pro"
+    @Option(name: .customLong("max-offline-days"), help: "Days a cached snapshot keeps subscriptions alive.") var maxOfflineDays: Double = 3
+    @Option(name: .customLong("trial-days"), help: "A local trial from the first launch, in days.") var trialDays: Double?
+    @Flag(name: .customLong("hard-gate"), help: "Only the paywall once the trial is over without a subscription.") var hardGate = false
+    @Option(help: "Test override: free or pro.") var force: String?
+    @Option(help: "Use this instant as the wall clock (ISO 8601 or milliseconds since 1970).") var now: String?
+    @Option(name: .customLong("repeat"), help: "create: this many creations, one transaction each.") var repetitions = 1
+    @Option(name: .customLong("start-when"), help: "create: open the store, then wait until this file exists (lines up racing processes).") var startSignal: String?
+
+    func run() throws {
+        try runCommand {
+            let store = try openExisting(directory)
+            let gate = try FeatureGate.open(store, configuration: try configuration(for: store))
+            switch verb {
+            case .status: try status(gate)
+            case .canCreate: try canCreate(gate)
+            case .create: try create(gate)
+            case .applySnapshot: try applySnapshot(gate)
+            }
+        }
+    }
+
+    private func operand(_ index: Int, _ name: String) throws -> String {
+        guard index < operands.count else { throw CommandFailure(message: "gate \(verb.rawValue) needs \(name)") }
+        return operands[index]
+    }
+
+    func configuration(for store: Store) throws -> GateConfiguration {
+        var config = GateConfiguration(userID: user, verifier: HMACSnapshotVerifier(keys: try readKeys()))
+        config.premiumEntitlement = entitlement
+        config.maxOfflineAge = maxOfflineDays * 86_400
+        config.trialLength = trialDays.map { $0 * 86_400 }
+        if hardGate {
+            config.accessModel = .hardGate
+            if config.trialLength == nil { config.trialLength = 7 * 86_400 }
+        }
+        switch force {
+        case nil: break
+        case "free": config.override = .forceFree
+        case "pro": config.override = .forcePro
+        case let other?: throw CommandFailure(message: "--force takes free or pro, not '\(other)'")
+        }
+        if let now {
+            let instant = try parseInstant(now)
+            config.clock = { instant }
+        }
+        if store.schema.type(named: homeType) != nil {
+            config.limits.append(.maxRecords(typeNamed: homeType, maxHomes))
+        }
+        if let type = store.schema.type(named: itemType) {
+            guard type.field(named: parentField) != nil else {
+                throw CommandFailure(message: "\(itemType) has no field '\(parentField)' (use --parent-field)")
+            }
+            config.limits.append(.maxRecords(typeNamed: itemType, maxItems, perField: parentField))
+        }
+        return config
+    }
+
+    private func readKeys() throws -> [String: [UInt8]] {
+        var keys: [String: [UInt8]] = [:]
+        for file in keyFiles {
+            guard let data = FileManager.default.contents(atPath: file) else { throw CommandFailure(message: "cannot read key file \(file)") }
+            for (n, raw) in String(decoding: data, as: UTF8.self).split(separator: "\n").enumerated() {
+                let line = raw.trimmingCharacters(in: .whitespaces)
+                if line.isEmpty || line.hasPrefix("#") { continue }
+                let (id, secret) = line.firstIndex(of: "=").map { (String(line[..<$0]), String(line[line.index(after: $0)...])) }
+                    ?? ("default", line)
+                guard let bytes = Data(base64Encoded: secret), !bytes.isEmpty else {
+                    throw CommandFailure(message: "key file \(file) line \(n + 1): expected KEYID=BASE64 or BASE64")
+                }
+                keys[id] = Array(bytes)
+            }
+        }
+        return keys
+    }
+
+    // MARK: Verbs
+
+    private func status(_ gate: FeatureGate) throws {
+        let change = gate.currentChange()
+        let entitlement = change.entitlement
+        printLine("user        \(user)")
+        if let sequence = entitlement.snapshotSequence, let time = entitlement.snapshotServerTime {
+            printLine("snapshot    #\(sequence) from \(formatInstant(time))")
+        } else {
+            printLine("snapshot    none" + (entitlement.error.map { " (rejected: \($0))" } ?? ""))
+        }
+        printLine("entitlement \(entitlement)")
+        printLine("tier        \(change.tier.rawValue) (\(change.reason.rawValue))")
+        printLine("reference   \(formatInstant(entitlement.referenceTime))")
+        printLine("first launch \(formatInstant(gate.firstLaunch))")
+        let trial = gate.trialStatus()
+        switch trial.state {
+        case .none: printLine("trial       none")
+        case .active: printLine("trial       active until \(formatInstant(trial.endsAt!)), \(formatDuration(trial.remaining)) left (\(trial.source!.rawValue))")
+        case .expired: printLine("trial       expired at \(formatInstant(trial.endsAt!)) (\(trial.source!.rawValue))")
+        }
+        printLine("sync        \(gate.syncPolicy)")
+        try gate.store.read { snapshot in
+            if snapshot.schema.type(named: homeType) != nil {
+                let homes = try snapshot.count(typeNamed: homeType)
+                printLine("limit       \(homeType): \(homes) of \(maxHomes)\(homes > maxHomes ? " (over the free limit)" : "")")
+            }
+            if snapshot.schema.type(named: itemType) != nil {
+                var groups: [FieldValue: Int] = [:]
+                try snapshot.forEachRecord(typeNamed: itemType) { record in
+                    groups[record.fields[parentField] ?? .null, default: 0] += 1
+                    return true
+                }
+                let largest = groups.values.max() ?? 0
+                printLine("limit       \(itemType) per \(parentField): largest \(largest) of \(maxItems)\(largest > maxItems ? " (over the free limit)" : "")")
+            }
+        }
+        let decision = gate.check(.create(typeNamed: itemType))
+        printLine("creation    \(decision.isAllowed ? "allowed" : "denied: \(decision.denial!)")")
+    }
+
+    private func canCreate(_ gate: FeatureGate) throws {
+        let type = try operand(0, "a TYPE")
+        guard gate.store.schema.type(named: type) != nil else {
+            throw StoreError(.unknownType, "store \(gate.store.path) has no record type '\(type)'")
+        }
+        let decision = gate.check(.create(typeNamed: type, in: try parent.map(parseID)))
+        printLine(decision.description)
+        if !decision.isAllowed { Foundation.exit(3) }
+    }
+
+    private func create(_ gate: FeatureGate) throws {
+        let type = try operand(0, "a TYPE")
+        let template = try operand(1, "a JSON record")
+        guard let typeSchema = gate.store.schema.type(named: type) else {
+            throw StoreError(.unknownType, "store \(gate.store.path) has no record type '\(type)'")
+        }
+        guard repetitions >= 1 else { throw CommandFailure(message: "--repeat must be at least 1") }
+        if let startSignal {
+            let deadline = Date().addingTimeInterval(60)
+            while !FileManager.default.fileExists(atPath: startSignal) {
+                guard Date() < deadline else { throw CommandFailure(message: "--start-when: \(startSignal) did not appear within 60 s") }
+                usleep(1000)
+            }
+        }
+        var denied = 0
+        for n in 0..<repetitions {
+            let record = try genericRecord(type: typeSchema, json: try JSONValue.parse(template.replacingOccurrences(of: "{n}", with: "\(n)")))
+            var parentID: RecordID?
+            if type == itemType, case .uuid(let uuid)? = record.fields[parentField] { parentID = RecordID(uuid) }
+            do {
+                try gate.store.write(author: "cli") { tx in
+                    try gate.authorize(.create(typeNamed: type, in: parentID), in: tx)
+                    try tx.put(record, replacing: false)
+                }
+                printLine("created \(record.id)")
+            } catch let error as GateError where error.code == .denied {
+                denied += 1
+                printLine("denied \(error.decision!.denial!)")
+                if repetitions == 1 { FileHandle.standardError.write(Data("stash: \(error.message)\n".utf8)) }
+            }
+        }
+        if denied > 0 { Foundation.exit(3) }
+    }
+
+    private func applySnapshot(_ gate: FeatureGate) throws {
+        let file = try operand(0, "a snapshot FILE")
+        guard let data = FileManager.default.contents(atPath: file) else { throw CommandFailure(message: "cannot read \(file)") }
+        do {
+            let decision = try gate.apply(signedBytes: Array(data))
+            printLine("applied snapshot #\(decision.snapshotSequence ?? 0): \(decision)")
+        } catch let error as GateError {
+            throw CommandFailure(message: "snapshot \(file) rejected (\(error.code)): \(error.message)")
+        }
+    }
+}
+
+/// An instant given as ISO 8601 (`2026-01-01T00:00:00Z`, fractions allowed) or milliseconds since 1970.
+func parseInstant(_ text: String) throws -> Date {
+    if let ms = Int64(text) { return Date(timeIntervalSince1970: Double(ms) / 1000) }
+    let formatter = ISO8601DateFormatter()
+    formatter.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
+    if let date = formatter.date(from: text) { return date }
+    formatter.formatOptions = [.withInternetDateTime]
+    if let date = formatter.date(from: text) { return date }
+    throw CommandFailure(message: "'\(text)' is not an instant (ISO 8601 such as 2026-01-01T00:00:00Z, or milliseconds since 1970)")
+}
+
+func formatInstant(_ date: Date) -> String {
+    let formatter = ISO8601DateFormatter()
+    formatter.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
+    return formatter.string(from: date)
+}
+
+func formatDuration(_ seconds: TimeInterval) -> String {
+    let total = Int(seconds)
+    let days = total / 86_400, hours = total % 86_400 / 3600, minutes = total % 3600 / 60
+    if days > 0 { return "\(days)d \(hours)h" }
+    if hours > 0 { return "\(hours)h \(minutes)m" }
+    return "\(minutes)m \(total % 60)s"
+}

@@ -1,0 +1,179 @@
+import Foundation
+import Stash
+import StashGate
+import Testing
+
+/// Runs the `stash` executable built next to the test bundle.
+enum GateCLI {
+    struct Result {
+        let status: Int32
+        let stdout: String
+        let stderr: String
+    }
+
+    /// The built `stash` binary: beside the test runner (same build directory), or STASH_BIN.
+    static var executable: URL {
+        if let override = ProcessInfo.processInfo.environment["STASH_BIN"] { return URL(fileURLWithPath: override) }
+        let runner = URL(fileURLWithPath: CommandLine.arguments[0]).resolvingSymlinksInPath()
+        var dir = runner.deletingLastPathComponent()
+        for _ in 0..<4 {
+            let candidate = dir.appendingPathComponent("stash")
+            if FileManager.default.isExecutableFile(atPath: candidate.path) { return candidate }
+            dir = dir.deletingLastPathComponent()
+        }
+        return URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .deletingLastPathComponent().appendingPathComponent(".build/debug/stash")
+    }
+
+    static func start(_ arguments: [String]) throws -> (Process, Pipe, Pipe) {
+        let process = Process()
+        process.executableURL = executable
+        process.arguments = arguments
+        let out = Pipe(), err = Pipe()
+        process.standardOutput = out
+        process.standardError = err
+        process.standardInput = FileHandle.nullDevice
+        try process.run()
+        return (process, out, err)
+    }
+
+    static func finish(_ running: (Process, Pipe, Pipe)) -> Result {
+        let (process, out, err) = running
+        let outData = out.fileHandleForReading.readDataToEndOfFile()
+        let errData = err.fileHandleForReading.readDataToEndOfFile()
+        process.waitUntilExit()
+        return Result(status: process.terminationStatus, stdout: String(decoding: outData, as: UTF8.self),
+                      stderr: String(decoding: errData, as: UTF8.self))
+    }
+
+    @discardableResult
+    static func run(_ arguments: String...) throws -> Result { finish(try start(arguments)) }
+
+    static let schema = """
+    {"types": [
+      {"name": "Home", "fields": [{"name": "name", "kind": "string"}]},
+      {"name": "Item", "fields": [{"name": "homeID", "kind": "uuid"}, {"name": "name", "kind": "string"}],
+       "indexes": [{"fields": ["homeID"]}, {"fields": ["name"], "unique": true}]}
+    ]}
+    """
+
+    /// A store made by `stash init`, and a key file holding the test app key as k1.
+    static func makeStore(in dir: TemporaryDirectory) throws -> (store: String, keyFile: String) {
+        let schemaPath = dir.sub("schema.json")
+        try schema.write(toFile: schemaPath, atomically: true, encoding: .utf8)
+        let store = dir.sub("store")
+        let result = try run("init", store, "--schema", schemaPath)
+        #expect(result.status == 0, "init failed: \(result.stderr)")
+        let keyFile = dir.sub("app.keys")
+        try "# test keys\nk1=\(Data(appKey).base64EncodedString())\n".write(toFile: keyFile, atomically: true, encoding: .utf8)
+        return (store, keyFile)
+    }
+}
+
+@Suite(.serialized) struct CLIGateTests {
+    @Test func statusCanCreateAndApplySnapshot() throws {
+        let dir = TemporaryDirectory()
+        let (store, keys) = try GateCLI.makeStore(in: dir)
+        var status = try GateCLI.run("gate", store, "status", "--user", "u1", "--key-file", keys)
+        #expect(status.status == 0, "\(status.stderr)")
+        #expect(status.stdout.contains("snapshot    none"))
+        #expect(status.stdout.contains("tier        free (default)"))
+        #expect(status.stdout.contains("sync        sync inactive"))
+
+        var can = try GateCLI.run("gate", store, "can-create", "Home")
+        #expect(can.status == 0 && can.stdout.hasPrefix("allowed"))
+        let home = try GateCLI.run("gate", store, "create", "Home", #"{"name": "Flat"}"#)
+        #expect(home.status == 0, "\(home.stderr)")
+        let homeID = home.stdout.trimmingCharacters(in: .whitespacesAndNewlines).replacingOccurrences(of: "created ", with: "")
+        can = try GateCLI.run("gate", store, "can-create", "Home")
+        #expect(can.status == 3)
+        #expect(can.stdout.hasPrefix("denied: homeLimitReached"))
+        let second = try GateCLI.run("gate", store, "create", "Home", #"{"name": "Cabin"}"#)
+        #expect(second.status == 3)
+        #expect(second.stderr.contains("denied: homeLimitReached"))
+        can = try GateCLI.run("gate", store, "can-create", "Item", "--in", homeID)
+        #expect(can.status == 0)
+        #expect(try GateCLI.run("gate", store, "can-create", "Item", "--in", homeID, "--max-items", "0").status == 3)
+
+        // A signed snapshot: premium for this user.
+        let file = dir.sub("snapshot.json")
+        let year = Date().addingTimeInterval(365 * 86_400)
+        var subscription = Tx.subscription("t1", expires: 0)
+        subscription.expiresAt = year
+        try Data(try signer.sign(EntitlementSnapshot(userID: "u1", sequence: 3, serverTime: Date(), transactions: [subscription])).encoded())
+            .write(to: URL(fileURLWithPath: file))
+        let applied = try GateCLI.run("gate", store, "apply-snapshot", file, "--user", "u1", "--key-file", keys)
+        #expect(applied.status == 0, "\(applied.stderr)")
+        #expect(applied.stdout.contains("applied snapshot #3"))
+        status = try GateCLI.run("gate", store, "status", "--user", "u1", "--key-file", keys)
+        #expect(status.stdout.contains("tier        premium (cached)"), "\(status.stdout)")
+        #expect(status.stdout.contains("sync        sync active"))
+        #expect(try GateCLI.run("gate", store, "can-create", "Home", "--user", "u1", "--key-file", keys).status == 0)
+        // Without the key the cached snapshot cannot be verified: free, reason error.
+        status = try GateCLI.run("gate", store, "status", "--user", "u1")
+        #expect(status.stdout.contains("tier        free (error)"), "\(status.stdout)")
+        // Another user sees nothing of it.
+        status = try GateCLI.run("gate", store, "status", "--user", "u2", "--key-file", keys)
+        #expect(status.stdout.contains("tier        free (default)"))
+        // Test overrides are explicit flags.
+        #expect(try GateCLI.run("gate", store, "can-create", "Home", "--force", "pro").stdout.contains("overridden"))
+
+        // Rejections: a flipped byte, a replay, another user's snapshot.
+        var tampered = Array(try Data(contentsOf: URL(fileURLWithPath: file)))
+        tampered[tampered.count / 2] ^= 0x04
+        try Data(tampered).write(to: URL(fileURLWithPath: dir.sub("tampered.json")))
+        var rejected = try GateCLI.run("gate", store, "apply-snapshot", dir.sub("tampered.json"), "--user", "u1", "--key-file", keys)
+        #expect(rejected.status == 1)
+        #expect(rejected.stderr.hasPrefix("stash: snapshot"), "\(rejected.stderr)")
+        try Data(try signer.sign(EntitlementSnapshot(userID: "u1", sequence: 2, serverTime: Date(), transactions: [])).encoded())
+            .write(to: URL(fileURLWithPath: dir.sub("old.json")))
+        rejected = try GateCLI.run("gate", store, "apply-snapshot", dir.sub("old.json"), "--user", "u1", "--key-file", keys)
+        #expect(rejected.status == 1 && rejected.stderr.contains("replayedSnapshot"), "\(rejected.stderr)")
+        rejected = try GateCLI.run("gate", store, "apply-snapshot", file, "--user", "u9", "--key-file", keys)
+        #expect(rejected.status == 1 && rejected.stderr.contains("wrongUser"), "\(rejected.stderr)")
+        #expect(try GateCLI.run("gate", store, "status", "--user", "u1", "--key-file", keys).stdout.contains("#3"))
+        // Errors are one line.
+        let bad = try GateCLI.run("gate", store, "can-create", "Nope")
+        #expect(bad.status == 1 && bad.stderr.split(separator: "\n").count == 1)
+    }
+
+    /// Several `stash` processes authorize and insert at once; each creation is one write
+    /// transaction that checks the count it commits to, so the limits hold exactly.
+    @Test func racingProcessesCannotBothPassALimit() throws {
+        let dir = TemporaryDirectory()
+        let (store, _) = try GateCLI.makeStore(in: dir)
+        // Every racer opens the store and the gate, then waits for the same signal file.
+        func race(_ arguments: (Int) -> [String], _ count: Int) throws -> [GateCLI.Result] {
+            let signal = dir.sub("go-\(UUID().uuidString)")
+            let racers = try (0..<count).map { try GateCLI.start(arguments($0) + ["--start-when", signal]) }
+            Thread.sleep(forTimeInterval: 0.5)
+            FileManager.default.createFile(atPath: signal, contents: nil)
+            return racers.map(GateCLI.finish)
+        }
+        // Homes: 3 processes × 3 attempts, free limit 1.
+        let homeResults = try race({ p in ["gate", store, "create", "Home", #"{"name": "p\#(p)-{n}"}"#, "--repeat", "3"] }, 3)
+        for result in homeResults { #expect(result.status == 0 || result.status == 3, "\(result.stderr)") }
+        let homesCreated = homeResults.flatMap { $0.stdout.split(separator: "\n") }.filter { $0.hasPrefix("created") }
+        #expect(homesCreated.count == 1)
+        let local = try Store.open(at: store)
+        #expect(try local.read { try $0.count(typeNamed: "Home") } == 1)
+        let homeID = String(homesCreated[0].dropFirst("created ".count))
+
+        // Items: 4 processes × 8 attempts into the one home, free limit 10 per home.
+        let itemResults = try race({ p in
+            ["gate", store, "create", "Item", #"{"homeID": "\#(homeID)", "name": "p\#(p)-{n}"}"#, "--repeat", "8"]
+        }, 4)
+        for result in itemResults { #expect(result.status == 0 || result.status == 3, "\(result.stderr)") }
+        let lines = itemResults.flatMap { $0.stdout.split(separator: "\n") }
+        #expect(lines.filter { $0.hasPrefix("created") }.count == 10)
+        #expect(lines.filter { $0 == "denied itemLimitReached" }.count == 22)
+        let stored = try local.read {
+            try $0.count(typeNamed: "Item", where: [QueryCondition(field: "homeID", op: .equal, value: .uuid(UUID(uuidString: homeID)!))])
+        }
+        #expect(stored == 10)
+        let perProcess = itemResults.map { $0.stdout.split(separator: "\n").filter { $0.hasPrefix("created") }.count }
+        print("racing processes: items created per process \(perProcess)")
+        #expect(try local.verify().isClean)
+        #expect(try local.verify().isClean)
+    }
+}
