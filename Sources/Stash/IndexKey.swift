@@ -36,29 +36,11 @@ enum IndexComponent {
         key.appendBigEndian(bits & (1 << 63) != 0 ? ~bits : bits | (1 << 63))
     }
 
-    static func string(_ value: String, _ key: inout KeyBytes) {
-        key.append(1)
-        var written = 0
-        for byte in value.utf8 {
-            if written == maxStringBytes {
-                key.markLossy()
-                break
-            }
-            if byte == 0 {
-                key.append(0)
-                key.append(0xFF)
-            } else {
-                key.append(byte)
-            }
-            written += 1
-        }
-        // A component of exactly `maxStringBytes` bytes encodes like every longer value that
-        // shares it (those are cut there): it must be rechecked against the record too.
-        if written == maxStringBytes { key.markLossy() }
-        key.append(0)
-        key.append(0)
-    }
+    /// Strings are their UTF-8 bytes.
+    static func string(_ value: String, _ key: inout KeyBytes) { bytes(value.utf8, &key) }
 
+    /// Bytes with 0x00 escaped as 0x00 0xFF and a 0x00 0x00 terminator, so that byte order
+    /// is value order and a composite key's next component cannot blur the boundary.
     static func bytes(_ value: some Collection<UInt8>, _ key: inout KeyBytes) {
         key.append(1)
         var written = 0

@@ -47,9 +47,7 @@ struct Put: ParsableCommand {
     func run() throws {
         try runCommand {
             let store = try openExisting(directory)
-            guard let typeSchema = store.schema.type(named: type) else {
-                throw StoreError(.unknownType, "store \(store.path) has no record type '\(type)' (known: \(store.schema.types.map(\.name).sorted().joined(separator: ", ")))")
-            }
+            let typeSchema = try requireType(store, type)
             let record = try genericRecord(type: typeSchema, json: try JSONValue.parse(json))
             try store.write(author: "cli") { tx in try tx.put(record, replacing: !insert) }
             printLine(record.id.description)
@@ -97,9 +95,7 @@ struct Load: ParsableCommand {
         try runCommand {
             guard batch > 0 else { throw CommandFailure(message: "--batch must be at least 1") }
             let store = try openExisting(directory)
-            guard let typeSchema = store.schema.type(named: type) else {
-                throw StoreError(.unknownType, "store \(store.path) has no record type '\(type)' (known: \(store.schema.types.map(\.name).sorted().joined(separator: ", ")))")
-            }
+            let typeSchema = try requireType(store, type)
             let data: Data
             if file == "-" { data = FileHandle.standardInput.readDataToEndOfFile() }
             else if let contents = FileManager.default.contents(atPath: file) { data = contents }
@@ -123,6 +119,15 @@ struct Load: ParsableCommand {
             printLine("\(written)")
         }
     }
+}
+
+/// The stored schema of `name`, or the one-line error listing the known types.
+func requireType(_ store: Store, _ name: String) throws -> TypeSchema {
+    guard let type = store.schema.type(named: name) else {
+        let known = store.schema.types.map(\.name).sorted().joined(separator: ", ")
+        throw StoreError(.unknownType, "store \(store.path) has no record type '\(name)' (known: \(known.isEmpty ? "none" : known))")
+    }
+    return type
 }
 
 struct Get: ParsableCommand {
@@ -173,9 +178,7 @@ struct Count: ParsableCommand {
     func run() throws {
         try runCommand {
             let store = try openExisting(directory)
-            guard let typeSchema = store.schema.type(named: type) else {
-                throw StoreError(.unknownType, "store \(store.path) has no record type '\(type)' (known: \(store.schema.types.map(\.name).sorted().joined(separator: ", ")))")
-            }
+            let typeSchema = try requireType(store, type)
             let parsed = try conditions.map { try parseCondition($0, typeSchema) }
             let (count, plan) = try store.read { snapshot in
                 (try snapshot.count(typeNamed: type, where: parsed), try snapshot.explain(typeNamed: type, where: parsed))
@@ -213,12 +216,7 @@ struct Dump: ParsableCommand {
     func run() throws {
         try runCommand {
             let store = try openExisting(directory)
-            let types = try type.map { name -> [String] in
-                guard store.schema.type(named: name) != nil else {
-                    throw StoreError(.unknownType, "store \(store.path) has no record type '\(name)'")
-                }
-                return [name]
-            } ?? store.schema.types.map(\.name)
+            let types = try type.map { [try requireType(store, $0).name] } ?? store.schema.types.map(\.name)
             try store.read { snapshot in
                 for name in types {
                     try snapshot.forEachRecord(typeNamed: name) { record in
