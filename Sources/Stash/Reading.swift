@@ -12,10 +12,26 @@ public protocol StoreReading {
 public struct RecordReader {
     let store: Store
     let txn: any TransactionReading
-    let catalogSource: () -> Catalog
-    let pendingCount: ((UInt16) throws -> Int)?
+    /// The schema of a read snapshot; a write transaction's is its context's (it may grow).
+    private let fixedCatalog: Catalog?
+    /// The write transaction's state (pending counts, growing schema), if any.
+    private let context: WriteContext?
 
-    var catalog: Catalog { catalogSource() }
+    init(store: Store, txn: any TransactionReading, catalog: Catalog) {
+        self.store = store
+        self.txn = txn
+        fixedCatalog = catalog
+        context = nil
+    }
+
+    init(store: Store, context: WriteContext) {
+        self.store = store
+        txn = context.txn
+        fixedCatalog = nil
+        self.context = context
+    }
+
+    var catalog: Catalog { context?.catalog ?? fixedCatalog! }
     var dbs: StoreDatabases { store.dbs }
     var path: String { store.path }
 
@@ -26,7 +42,7 @@ public struct RecordReader {
     }
 
     func storedCount(_ tag: UInt16) throws -> Int {
-        if let pendingCount { return try pendingCount(tag) }
+        if let context { return try context.count(tag) }
         return Int(LittleEndian.uint64(try txn.get(dbs.counts, key: StoreKeys.count(tag))) ?? 0)
     }
 
@@ -136,7 +152,9 @@ extension StoreReading {
         return try count(typeNamed: R.recordType, where: [condition])
     }
 
-    /// The records matching `descriptor`, sorted and limited as it says.
+    /// The records matching `descriptor`, sorted and limited as it says. Records that sort
+    /// equal come in id order. Without sort descriptors the order is the plan's (index or id
+    /// order), so combine `fetchLimit` with a sort when the subset matters.
     public func fetch<R: Record>(_ descriptor: FetchDescriptor<R>) throws -> [R] {
         let (plan, layout) = try reader.plan(descriptor)
         var results: [R] = []
@@ -155,7 +173,7 @@ extension StoreReading {
                     case .orderedSame: continue
                     }
                 }
-                return false
+                return a.id < b.id   // ties: id order, so the result never depends on the plan
             }
         }
         let start = min(offset, results.count)
@@ -255,7 +273,7 @@ public struct StoreSnapshot: StoreReading {
 
     init(store: Store, txn: ReadTransaction, catalog: Catalog) {
         self.txn = txn
-        reader = RecordReader(store: store, txn: txn, catalogSource: { catalog }, pendingCount: nil)
+        reader = RecordReader(store: store, txn: txn, catalog: catalog)
     }
 }
 
@@ -267,7 +285,7 @@ public struct StoreTransaction: StoreReading {
 
     init(context: WriteContext, store: Store) {
         self.context = context
-        reader = RecordReader(store: store, txn: context.txn, catalogSource: { context.catalog }, pendingCount: context.count)
+        reader = RecordReader(store: store, context: context)
     }
 
     /// Adds a record. - Throws: `.duplicateID` if the id exists, `.uniqueViolation`.

@@ -52,7 +52,12 @@ extension Store {
     /// `mdb_cursor_count` on a cached cursor of a recycled read transaction. Strings longer
     /// than the indexed prefix (120 UTF-8 bytes) are counted exactly by checking candidates.
     public func count<R: Record, V: IndexableValue>(_ index: IndexHandle<R, V>, equals value: V) throws -> Int {
-        try read { snapshot in try snapshot.count(index, equals: value) }
+        var key = StoreKeys.indexPrefix(index.typeTag, index.indexTag)
+        value.appendIndexComponent(to: &key)
+        if key.isLossy { return try read { snapshot in try snapshot.count(index, equals: value) } }
+        // The hot path: no snapshot object, no schema lookup — one recycled read transaction
+        // and one mdb_cursor_count on its cached cursor.
+        return try storageErrors(path) { try env.read { txn in try txn.duplicateCount(index.database, key: key) } }
     }
 
     /// The number of records of `type` in `index`'s store, O(1) (see ``count(_:)``), for use next

@@ -299,6 +299,8 @@ public struct EnvironmentInfo: Sendable {
     public let usedPages: Int
     public let lastTransactionID: Int
     public let maxReaders: Int
+    /// Reader slots ever claimed in the lock file (LMDB's `me_numreaders`: a high-water mark
+    /// across processes, not the readers open right now).
     public let readersInUse: Int
     /// Bytes of the map in use (up to the last page written).
     public var usedBytes: Int { usedPages * pageSize }
