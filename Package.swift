@@ -41,7 +41,7 @@ let package = Package(
         .testTarget(name: "StashLMDBTests", dependencies: ["StashLMDB"]),
         .testTarget(name: "StashTests", dependencies: ["Stash", "StashLMDB"]),
         .testTarget(name: "StashSyncTests", dependencies: ["StashSync", "Stash"]),
-        .testTarget(name: "StashGateTests", dependencies: ["StashGate", "Stash"]),
+        .testTarget(name: "StashGateTests", dependencies: ["StashGate", "Stash", "StashSync"]),
     ],
     swiftLanguageModes: [.v6]
 )
