@@ -20,6 +20,7 @@ struct Gate: ParsableCommand {
                                       with --repeat N, N transactions, "{n}" in JSON replaced by 0..N-1;
                                       exit 3 when a creation was denied
           apply-snapshot FILE         verify a signed snapshot envelope and cache it in the store
+          demo                        run the gating story in DIR (created; two device stores inside)
 
         Keys: --key-file names a text file with one HMAC-SHA256 app key per line, as
         KEYID=BASE64 (or a bare BASE64 key, whose id is "default"); lines starting with # are
@@ -32,10 +33,11 @@ struct Gate: ParsableCommand {
         case canCreate = "can-create"
         case create
         case applySnapshot = "apply-snapshot"
+        case demo
     }
 
     @Argument(help: "The store directory.") var directory: String
-    @Argument(help: "status | can-create | create | apply-snapshot") var verb: Verb
+    @Argument(help: "status | can-create | create | apply-snapshot | demo") var verb: Verb
     @Argument(help: "The verb's operands (TYPE, JSON, FILE).") var operands: [String] = []
 
     @Option(help: "The signed-in user id.") var user = "default"
@@ -57,6 +59,11 @@ struct Gate: ParsableCommand {
 
     func run() throws {
         try runCommand {
+            if verb == .demo {
+                try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+                try gatingStory(in: directory, say: printLine)
+                return
+            }
             let store = try openExisting(directory)
             let gate = try FeatureGate.open(store, configuration: try configuration(for: store))
             switch verb {
@@ -64,6 +71,7 @@ struct Gate: ParsableCommand {
             case .canCreate: try canCreate(gate)
             case .create: try create(gate)
             case .applySnapshot: try applySnapshot(gate)
+            case .demo: break
             }
         }
     }

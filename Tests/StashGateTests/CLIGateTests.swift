@@ -137,6 +137,16 @@ enum GateCLI {
         #expect(bad.status == 1 && bad.stderr.split(separator: "\n").count == 1)
     }
 
+    @Test func demoTellsTheGatingStory() throws {
+        let dir = TemporaryDirectory()
+        let result = try GateCLI.run("gate", dir.sub("demo"), "demo")
+        #expect(result.status == 0, "\(result.stderr)")
+        #expect(result.stdout.contains("10 created, then denied: itemLimitReached"))
+        #expect(result.stdout.contains("create home Cabin: denied: homeLimitReached"))
+        #expect(result.stdout.contains("create an item in the empty Studio: denied: overLimit"))
+        #expect(result.stdout.contains("after sync: A has 1, B has 1"))
+    }
+
     /// Several `stash` processes authorize and insert at once; each creation is one write
     /// transaction that checks the count it commits to, so the limits hold exactly.
     @Test func racingProcessesCannotBothPassALimit() throws {
