@@ -428,21 +428,22 @@ public final class FeatureGate: Sendable {
     }
 
     /// The downgrade-safe limit rule: over any free limit ⇒ no creation at all; otherwise the
-    /// limit of the created type (and parent).
+    /// limit of the created type (and parent). Each count is read once.
     private func decideCreation<S: StoreReading>(_ action: GateAction, _ access: Access, _ reading: S) throws -> GateDecision {
+        var reached: DenialReason?
         for rule in rules {
             let total = try rule.counter.total(reading)
             if rule.parentField == nil {
                 if total > rule.maximum { return .deny(.overLimit, access) }
+                if reached == nil, total >= rule.maximum, rule.matches(action) { reached = rule.denial }
             } else if total > rule.maximum, try rule.counter.largestGroup(reading) > rule.maximum {
                 // No group is larger than the whole type, so the walk runs only when needed.
                 return .deny(.overLimit, access)
             }
         }
-        for rule in rules where rule.matches(action) {
-            if rule.parentField == nil {
-                if try rule.counter.total(reading) >= rule.maximum { return .deny(rule.denial, access) }
-            } else if let parent = action.parent {
+        if let reached { return .deny(reached, access) }
+        if let parent = action.parent {
+            for rule in rules where rule.parentField != nil && rule.matches(action) {
                 if try rule.counter.count(reading, parent: parent) >= rule.maximum { return .deny(rule.denial, access) }
             }
         }
