@@ -21,6 +21,20 @@ import Testing
         #expect(relaunched.trialStatus().state == .expired)
     }
 
+    @Test func theGateHonoursTheExactExpiryInstant() throws {
+        let expiry = 10 * day + 345
+        let f = try Fixture(start: instant(0))
+        try f.gate.apply(try signed([Tx.subscription("t1", expires: expiry)], server: 9 * day))
+        f.clock.set(instant(expiry - 1))
+        #expect(f.gate.tier == .premium)
+        #expect(f.gate.entitlement().status.expiresAt == instant(expiry))
+        f.clock.set(instant(expiry))
+        #expect(f.gate.tier == .free)
+        #expect(f.gate.entitlement().status.state == .expired)
+        f.clock.set(instant(expiry + 1))
+        #expect(f.gate.check(.use("intervalTimer")).denial == .requiresPremium("intervalTimer"))
+    }
+
     @Test func highestTimeSeenIsPersistedAcrossLaunches() throws {
         let f = try Fixture(start: instant(5 * day))
         f.clock.set(instant(9 * day))
