@@ -1,6 +1,6 @@
-import Dispatch
 import Foundation
 import Stash
+import Synchronization
 
 /// One state of the premium access, as published by ``FeatureGate/updates()``.
 public struct EntitlementChange: Sendable, Hashable, CustomStringConvertible {
@@ -36,7 +36,7 @@ public struct EntitlementChange: Sendable, Hashable, CustomStringConvertible {
 ///     paywall.isUnlocked = change.tier == .premium
 /// }
 /// ```
-/// Each iteration polls on its own dispatch queue (``GateConfiguration/updatePollInterval``,
+/// Each iteration polls on a thread of its own (``GateConfiguration/updatePollInterval``,
 /// default 100 ms), off the Swift concurrency pool, so a busy pool delays delivery but never
 /// detection: an expiry is noticed within the poll interval of its instant. A poll allocates
 /// nothing unless something changed and costs one metadata lookup (snapshots cached by
@@ -55,13 +55,13 @@ public struct EntitlementUpdates: AsyncSequence, Sendable {
     }
 }
 
-/// Polls one gate on a private serial queue and yields changes.
+/// Polls one gate on its own thread and yields changes. A thread of its own (not a
+/// dispatch queue or a task) keeps detection on time when the shared pools are busy.
 final class UpdatePoller: @unchecked Sendable {
     private let gate: FeatureGate
     private let continuation: AsyncStream<EntitlementChange>.Continuation
-    private let queue = DispatchQueue(label: "stash.gate.updates")
-    /// Touched on `queue` only.
-    private var timer: DispatchSourceTimer?
+    private let stopped = Atomic(false)
+    /// Touched by the polling thread only.
     private var last: EntitlementChange.Key?
 
     init(gate: FeatureGate, continuation: AsyncStream<EntitlementChange>.Continuation) {
@@ -70,22 +70,21 @@ final class UpdatePoller: @unchecked Sendable {
     }
 
     func start() {
-        queue.async { [self] in
-            let timer = DispatchSource.makeTimerSource(queue: queue)
-            let interval = gate.configuration.updatePollInterval.components
-            let nanoseconds = Int(interval.seconds) * 1_000_000_000 + Int(interval.attoseconds / 1_000_000_000)
-            timer.schedule(deadline: .now(), repeating: .nanoseconds(max(1_000_000, nanoseconds)), leeway: .milliseconds(5))
-            timer.setEventHandler { [weak self] in self?.poll() }
-            self.timer = timer
-            timer.resume()
+        let interval = gate.configuration.updatePollInterval.components
+        let seconds = max(0.001, Double(interval.seconds) + Double(interval.attoseconds) / 1e18)
+        let thread = Thread { [self] in
+            while !stopped.load(ordering: .acquiring) {
+                poll()
+                Thread.sleep(forTimeInterval: seconds)
+            }
         }
+        thread.name = "stash.gate.updates"
+        thread.stackSize = 1 << 20
+        thread.start()
     }
 
     func stop() {
-        queue.async { [self] in
-            timer?.cancel()
-            timer = nil
-        }
+        stopped.store(true, ordering: .releasing)
     }
 
     private func poll() {
@@ -133,7 +132,7 @@ extension FeatureGate {
     func saveClockInBackgroundIfMoved() {
         guard clockGuard.needsSave(threshold: 60_000) else { return }
         guard backgroundSave.compareExchange(expected: false, desired: true, ordering: .acquiringAndReleasing).exchanged else { return }
-        DispatchQueue.global(qos: .utility).async { [self] in
+        Thread.detachNewThread { [self] in
             saveClockIfMoved(threshold: 60_000)
             backgroundSave.store(false, ordering: .releasing)
         }
