@@ -38,9 +38,12 @@ let package = Package(
             ],
             path: "Sources/stash"
         ),
-        .testTarget(name: "StashLMDBTests", dependencies: ["StashLMDB"]),
-        .testTarget(name: "StashTests", dependencies: ["Stash", "StashLMDB"]),
-        .testTarget(name: "StashSyncTests", dependencies: ["StashSync", "Stash"]),
+        // Helpers shared by the test targets (temporary directories, seeded randomness,
+        // threads, running the `stash` tool). Not a product.
+        .target(name: "StashTestSupport", path: "Tests/StashTestSupport"),
+        .testTarget(name: "StashLMDBTests", dependencies: ["StashLMDB", "StashTestSupport"]),
+        .testTarget(name: "StashTests", dependencies: ["Stash", "StashLMDB", "StashTestSupport"]),
+        .testTarget(name: "StashSyncTests", dependencies: ["StashSync", "Stash", "StashTestSupport"]),
         .testTarget(name: "StashGateTests", dependencies: ["StashGate", "Stash", "StashSync"]),
     ],
     swiftLanguageModes: [.v6]

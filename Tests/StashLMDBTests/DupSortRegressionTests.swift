@@ -1,6 +1,7 @@
 import Foundation
 import StashLMDB
 import Testing
+import StashTestSupport
 
 /// DESIGN.md rule 10: Debian's LMDB 0.9.24 predates fixes for DUPSORT cursor paths
 /// (ITS#9376 repeated deletes, ITS#9723 `MDB_FIRST_DUP` at EOF, ITS#8447 `MDB_CURRENT`).

@@ -1,6 +1,7 @@
 import Foundation
 import StashLMDB
 import Testing
+import StashTestSupport
 
 @Suite struct EnvironmentTests {
     // MARK: Basic operations

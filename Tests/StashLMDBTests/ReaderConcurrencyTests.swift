@@ -1,6 +1,7 @@
 import Foundation
 import StashLMDB
 import Testing
+import StashTestSupport
 
 @Suite struct ReaderConcurrencyTests {
     /// One writer commits generations: every key of a generation gets the same value and the

@@ -2,6 +2,7 @@ import Foundation
 import Stash
 import StashSync
 import Testing
+import StashTestSupport
 
 /// Random schedules of writes and exchanges between 2–5 stores: after a final full
 /// exchange, every store holds the same synced data, passes `verify`, and every counter
@@ -158,18 +159,5 @@ import Testing
     struct ScheduleFailure: Error, CustomStringConvertible {
         let reason: String
         var description: String { reason }
-    }
-}
-
-/// A seeded generator (SplitMix64) so schedules replay exactly.
-struct SeededGenerator: RandomNumberGenerator {
-    private var state: UInt64
-    init(seed: UInt64) { state = seed }
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
     }
 }

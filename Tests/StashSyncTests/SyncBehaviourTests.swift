@@ -2,6 +2,7 @@ import Foundation
 import Stash
 import StashSync
 import Testing
+import StashTestSupport
 
 @Suite struct SyncBehaviourTests {
     let family = RecordID()

@@ -2,27 +2,12 @@ import Foundation
 import Stash
 import StashSync
 import Testing
+import StashTestSupport
 
 @Suite(.serialized) struct SyncCLITests {
-    struct Output {
-        let status: Int32
-        let stdout: String
-        let stderr: String
-    }
-
     @discardableResult
-    func stash(_ arguments: String...) throws -> Output {
-        let process = Process()
-        process.executableURL = SyncCrashTests.stash
-        process.arguments = arguments
-        let out = Pipe(), err = Pipe()
-        process.standardOutput = out
-        process.standardError = err
-        process.standardInput = FileHandle.nullDevice
-        try process.run()
-        let o = out.fileHandleForReading.readDataToEndOfFile(), e = err.fileHandleForReading.readDataToEndOfFile()
-        process.waitUntilExit()
-        return Output(status: process.terminationStatus, stdout: String(decoding: o, as: UTF8.self), stderr: String(decoding: e, as: UTF8.self))
+    func stash(_ arguments: String...) throws -> StashExecutable.Result {
+        try StashExecutable.run(arguments)
     }
 
     func makeStore(_ dir: TemporaryDirectory, _ name: String) throws -> String {

@@ -2,31 +2,13 @@ import Foundation
 import Stash
 import StashSync
 import Testing
+import StashTestSupport
 
 /// Child processes importing a delta, or exporting to a relay, are killed with SIGKILL at
 /// random points: afterwards nothing is lost, nothing is half-applied, and sync completes.
 @Suite(.serialized) struct SyncCrashTests {
-    static var stash: URL {
-        if let override = ProcessInfo.processInfo.environment["STASH_BIN"] { return URL(fileURLWithPath: override) }
-        var dir = URL(fileURLWithPath: CommandLine.arguments[0]).resolvingSymlinksInPath().deletingLastPathComponent()
-        for _ in 0..<4 {
-            let candidate = dir.appendingPathComponent("stash")
-            if FileManager.default.isExecutableFile(atPath: candidate.path) { return candidate }
-            dir = dir.deletingLastPathComponent()
-        }
-        return URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
-            .deletingLastPathComponent().appendingPathComponent(".build/debug/stash")
-    }
-
     static func start(_ arguments: [String]) throws -> Process {
-        let process = Process()
-        process.executableURL = stash
-        process.arguments = arguments
-        process.standardOutput = FileHandle.nullDevice
-        process.standardError = FileHandle.nullDevice
-        process.standardInput = FileHandle.nullDevice
-        try process.run()
-        return process
+        try StashExecutable.start(arguments).0
     }
 
     @Test func killedImportsAndRelayExportsLeaveConsistentStores() throws {

@@ -2,17 +2,7 @@ import Foundation
 import Stash
 import StashSync
 import Testing
-
-final class TemporaryDirectory: @unchecked Sendable {
-    let url: URL
-    var path: String { url.path }
-    init(_ name: String = "stash-sync") {
-        url = FileManager.default.temporaryDirectory.appendingPathComponent("\(name)-\(UUID().uuidString)")
-        try! FileManager.default.createDirectory(at: url, withIntermediateDirectories: true)
-    }
-    func sub(_ name: String) -> String { url.appendingPathComponent(name).path }
-    deinit { try? FileManager.default.removeItem(at: url) }
-}
+import StashTestSupport
 
 struct Note: Record, Equatable {
     var id = RecordID()

@@ -1,66 +1,23 @@
 import Foundation
 import Testing
+import StashTestSupport
 
-/// Runs the `stash` executable built next to the test bundle.
+/// The `stash` tool with a schema for the command-line tests.
 enum StashCLI {
-    struct Result {
-        let status: Int32
-        let stdout: String
-        let stderr: String
-    }
+    typealias Result = StashExecutable.Result
 
-    /// The built `stash` binary: beside the test runner (same build directory), or STASH_BIN.
-    static var executable: URL {
-        if let override = ProcessInfo.processInfo.environment["STASH_BIN"] { return URL(fileURLWithPath: override) }
-        let runner = URL(fileURLWithPath: CommandLine.arguments[0]).resolvingSymlinksInPath()
-        var dir = runner.deletingLastPathComponent()
-        // On Linux the runner is `<build>/debug/StashPackageTests.xctest`; look there and upwards.
-        for _ in 0..<4 {
-            let candidate = dir.appendingPathComponent("stash")
-            if FileManager.default.isExecutableFile(atPath: candidate.path) { return candidate }
-            dir = dir.deletingLastPathComponent()
-        }
-        return URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
-            .deletingLastPathComponent().appendingPathComponent(".build/debug/stash")
-    }
-
-    /// Starts `stash args…` and returns the running process with its pipes.
-    static func start(_ arguments: [String], stdin: String? = nil) throws -> (Process, Pipe, Pipe) {
-        let process = Process()
-        process.executableURL = executable
-        process.arguments = arguments
-        let out = Pipe(), err = Pipe()
-        process.standardOutput = out
-        process.standardError = err
-        if let stdin {
-            let input = Pipe()
-            process.standardInput = input
-            try process.run()
-            input.fileHandleForWriting.write(Data(stdin.utf8))
-            try input.fileHandleForWriting.close()
-        } else {
-            process.standardInput = FileHandle.nullDevice
-            try process.run()
-        }
-        return (process, out, err)
-    }
-
-    /// Runs `stash args…` to completion.
     @discardableResult
     static func run(_ arguments: String..., stdin: String? = nil) throws -> Result {
-        try run(arguments, stdin: stdin)
+        try StashExecutable.run(arguments, stdin: stdin)
     }
 
     @discardableResult
     static func run(_ arguments: [String], stdin: String? = nil) throws -> Result {
-        let (process, out, err) = try start(arguments, stdin: stdin)
-        // Read both pipes before waiting so a chatty process cannot block on a full pipe.
-        let outData = out.fileHandleForReading.readDataToEndOfFile()
-        let errData = err.fileHandleForReading.readDataToEndOfFile()
-        process.waitUntilExit()
-        return Result(status: process.terminationStatus,
-                      stdout: String(decoding: outData, as: UTF8.self),
-                      stderr: String(decoding: errData, as: UTF8.self))
+        try StashExecutable.run(arguments, stdin: stdin)
+    }
+
+    static func start(_ arguments: [String], stdin: String? = nil) throws -> (Process, Pipe, Pipe) {
+        try StashExecutable.start(arguments, stdin: stdin)
     }
 
     static let schema = """

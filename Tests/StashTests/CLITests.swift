@@ -1,6 +1,7 @@
 import Foundation
 import Stash
 import Testing
+import StashTestSupport
 
 @Suite(.serialized) struct CLITests {
     @Test func roundTripThroughTheCommandLine() throws {

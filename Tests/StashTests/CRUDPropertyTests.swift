@@ -1,6 +1,7 @@
 import Foundation
 import Stash
 import Testing
+import StashTestSupport
 
 /// Random insert/update/upsert/delete sequences over Home/Item against an in-memory oracle.
 /// Every batch is one write transaction; some throw midway and must leave no trace.

@@ -1,6 +1,7 @@
 import Foundation
 import Stash
 import Testing
+import StashTestSupport
 
 /// A writer process killed with SIGKILL at random points leaves a store whose data,
 /// indexes, counts and history agree.

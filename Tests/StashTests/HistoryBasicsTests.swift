@@ -1,6 +1,7 @@
 import Foundation
 import Stash
 import Testing
+import StashTestSupport
 
 @Suite struct HistoryBasicsTests {
     @Test func eachCommittedTransactionAppendsOneEntryWithItsChanges() throws {

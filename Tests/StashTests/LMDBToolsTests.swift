@@ -1,6 +1,7 @@
 import Foundation
 import Stash
 import Testing
+import StashTestSupport
 
 /// A store is real LMDB: LMDB's own tools read it while it is open in this process.
 @Suite struct LMDBToolsTests {

@@ -1,6 +1,7 @@
 import Foundation
 import Stash
 import Testing
+import StashTestSupport
 
 /// Several processes writing one store directory at once (LMDB is multi-process).
 @Suite(.serialized) struct MultiProcessTests {

@@ -1,6 +1,7 @@
 import Foundation
 import Stash
 import Testing
+import StashTestSupport
 
 /// The planner must never change a result: `fetch` through whatever plan it picks equals the
 /// oracle filtered by the SAME predicate and sorted the same way.
@@ -508,8 +509,8 @@ import Testing
         try store.write { tx in
             for (n, v) in values.enumerated() { try tx.insert(Reading(sensor: "s", at: n, value: v, flag: false)) }
         }
-        let nan = values[0]   // NaN, read at run time (a literal draws an "always false" warning)
-        let equal = FetchDescriptor<Reading>(predicate: #Predicate { $0.value == nan })
+        let notANumber = Double.nan   // (a variable named `nan` draws an "always false" warning)
+        let equal = FetchDescriptor<Reading>(predicate: #Predicate { $0.value == notANumber })
         #expect(try store.fetch(equal).isEmpty)
         #expect(try store.fetchCount(equal) == 0)
         let above = FetchDescriptor<Reading>(predicate: #Predicate { $0.value > 0 })

@@ -2,6 +2,7 @@ import Foundation
 import Stash
 import Synchronization
 import Testing
+import StashTestSupport
 
 // Versions of one stored type, "Garment", as an app's code evolves.
 

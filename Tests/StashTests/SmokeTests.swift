@@ -1,6 +1,7 @@
 import Foundation
 import Stash
 import Testing
+import StashTestSupport
 
 @Suite struct SmokeTests {
     @Test func insertGetCountFetch() throws {

@@ -1,6 +1,7 @@
 import Foundation
 import Stash
 import Testing
+import StashTestSupport
 
 @Suite struct StoreConcurrencyTests {
     /// One writer commits batches (inserts, moves between homes, deletes); readers on other

@@ -1,6 +1,7 @@
 import Foundation
 import Stash
 import Testing
+import StashTestSupport
 
 struct Blob: Record, Equatable {
     var id = RecordID()

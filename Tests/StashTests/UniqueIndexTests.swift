@@ -1,6 +1,7 @@
 import Foundation
 import Stash
 import Testing
+import StashTestSupport
 
 /// A type with a plain index declared before its unique one, so that a unique violation is
 /// found after the plain index has already been visited.

@@ -2,6 +2,7 @@ import Foundation
 import Stash
 import StashLMDB
 import Testing
+import StashTestSupport
 
 /// `verify()` is what the property tests lean on, so it must actually find damage: each
 /// kind of mismatch is made by hand through StashLMDB and must be reported.
