@@ -5,14 +5,16 @@ import Testing
 
 /// `gate.updates()`: real-time unlock and lock.
 @Suite struct UpdatesTests {
-    /// Collects published changes on a task until cancelled.
+    /// Collects published changes on a task until cancelled. Waits are long because delivery
+    /// needs a thread of the concurrency pool, which other suites of a full run may hold for
+    /// tens of seconds; detection times are checked with ``EntitlementChange/detectedAt``.
     final class Collector: @unchecked Sendable {
         private let lock = NSLock()
         private var changes: [(Date, EntitlementChange)] = []
         func add(_ change: EntitlementChange) { lock.lock(); changes.append((Date(), change)); lock.unlock() }
         var all: [(at: Date, change: EntitlementChange)] { lock.lock(); defer { lock.unlock() }; return changes.map { ($0.0, $0.1) } }
 
-        func wait(for count: Int, timeout: TimeInterval = 30) async -> Bool {
+        func wait(for count: Int, timeout: TimeInterval = 300) async -> Bool {
             let deadline = Date().addingTimeInterval(timeout)
             while Date() < deadline {
                 if all.count >= count { return true }
