@@ -53,7 +53,7 @@ struct Gate: ParsableCommand {
     @Option(name: .customLong("trial-days"), help: "A local trial from the first launch, in days.") var trialDays: Double?
     @Flag(name: .customLong("hard-gate"), help: "Only the paywall once the trial is over without a subscription.") var hardGate = false
     @Option(help: "Test override: free or pro.") var force: String?
-    @Option(help: "Use this instant as the wall clock (ISO 8601 or milliseconds since 1970).") var now: String?
+    @Option(help: "Use this instant as the wall clock (ISO 8601 or ms since 1970). It is saved as the highest time seen: a future instant sticks.") var now: String?
     @Option(name: .customLong("repeat"), help: "create: this many creations, one transaction each.") var repetitions = 1
     @Option(name: .customLong("start-when"), help: "create: open the store, then wait until this file exists (lines up racing processes).") var startSignal: String?
 
