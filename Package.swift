@@ -44,7 +44,7 @@ let package = Package(
         .testTarget(name: "StashLMDBTests", dependencies: ["StashLMDB", "StashTestSupport"]),
         .testTarget(name: "StashTests", dependencies: ["Stash", "StashLMDB", "StashTestSupport"]),
         .testTarget(name: "StashSyncTests", dependencies: ["StashSync", "Stash", "StashTestSupport"]),
-        .testTarget(name: "StashGateTests", dependencies: ["StashGate", "Stash", "StashSync"]),
+        .testTarget(name: "StashGateTests", dependencies: ["StashGate", "Stash", "StashSync", "StashTestSupport"]),
     ],
     swiftLanguageModes: [.v6]
 )

@@ -1,9 +1,10 @@
 import Foundation
 import Stash
 import StashGate
+import StashTestSupport
 import Testing
 
-/// Runs the `stash` executable built next to the test bundle.
+/// The `stash` tool (StashExecutable) with a store and a key file for the gate commands.
 enum GateCLI {
     struct Result {
         let status: Int32
@@ -11,31 +12,7 @@ enum GateCLI {
         let stderr: String
     }
 
-    /// The built `stash` binary: beside the test runner (same build directory), or STASH_BIN.
-    static var executable: URL {
-        if let override = ProcessInfo.processInfo.environment["STASH_BIN"] { return URL(fileURLWithPath: override) }
-        let runner = URL(fileURLWithPath: CommandLine.arguments[0]).resolvingSymlinksInPath()
-        var dir = runner.deletingLastPathComponent()
-        for _ in 0..<4 {
-            let candidate = dir.appendingPathComponent("stash")
-            if FileManager.default.isExecutableFile(atPath: candidate.path) { return candidate }
-            dir = dir.deletingLastPathComponent()
-        }
-        return URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
-            .deletingLastPathComponent().appendingPathComponent(".build/debug/stash")
-    }
-
-    static func start(_ arguments: [String]) throws -> (Process, Pipe, Pipe) {
-        let process = Process()
-        process.executableURL = executable
-        process.arguments = arguments
-        let out = Pipe(), err = Pipe()
-        process.standardOutput = out
-        process.standardError = err
-        process.standardInput = FileHandle.nullDevice
-        try process.run()
-        return (process, out, err)
-    }
+    static func start(_ arguments: [String]) throws -> (Process, Pipe, Pipe) { try StashExecutable.start(arguments) }
 
     static func finish(_ running: (Process, Pipe, Pipe)) -> Result {
         let (process, out, err) = running
@@ -47,7 +24,10 @@ enum GateCLI {
     }
 
     @discardableResult
-    static func run(_ arguments: String...) throws -> Result { finish(try start(arguments)) }
+    static func run(_ arguments: String...) throws -> Result {
+        let result = try StashExecutable.run(arguments)
+        return Result(status: result.status, stdout: result.stdout, stderr: result.stderr)
+    }
 
     static let schema = """
     {"types": [

@@ -1,6 +1,7 @@
 import Foundation
 import Stash
 import StashGate
+import StashTestSupport
 import Testing
 
 /// The reference time: max(wall clock, highest time seen, snapshot server time).

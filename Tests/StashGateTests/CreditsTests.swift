@@ -1,6 +1,7 @@
 import Foundation
 import Stash
 import StashGate
+import StashTestSupport
 import Testing
 
 /// Credits: free credits on first use, purchases, idempotent spends, convergence.

@@ -1,6 +1,7 @@
 import Foundation
 import Stash
 import StashGate
+import StashTestSupport
 import Testing
 
 /// The pure rules: `Entitlements.status(of:in:at:)` is a function of the transactions and

@@ -1,6 +1,7 @@
 import Foundation
 import Stash
 import StashGate
+import StashTestSupport
 import Testing
 
 /// Free-tier limits counted from indexes, the downgrade-safe rule, and transactional gating.

@@ -1,22 +1,8 @@
 import Foundation
 import Stash
 import StashGate
+import StashTestSupport
 import Testing
-
-/// A fresh temporary directory, removed when the test's scope ends.
-final class TemporaryDirectory {
-    let url: URL
-    var path: String { url.path }
-
-    init(_ name: String = "stash-gate-test") {
-        url = FileManager.default.temporaryDirectory.appendingPathComponent("\(name)-\(UUID().uuidString)")
-        try! FileManager.default.createDirectory(at: url, withIntermediateDirectories: true)
-    }
-
-    func sub(_ name: String) -> String { url.appendingPathComponent(name).path }
-
-    deinit { try? FileManager.default.removeItem(at: url) }
-}
 
 struct Home: Record, Equatable {
     var id = RecordID()
@@ -28,19 +14,6 @@ struct Item: Record, Equatable {
     var homeID: RecordID
     var name: String
     static let indexes: [RecordIndex<Item>] = [.index(\.homeID)]
-}
-
-/// A seeded generator (SplitMix64) so property tests replay exactly.
-struct SeededGenerator: RandomNumberGenerator {
-    private var state: UInt64
-    init(seed: UInt64) { state = seed }
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
-    }
 }
 
 /// A wall clock the test moves by hand (forwards or backwards).
@@ -167,27 +140,4 @@ final class Fixture {
             return nil
         }
     }
-}
-
-/// Problems found on background threads, asserted on the test's own task afterwards.
-final class Failures: @unchecked Sendable {
-    private let lock = NSLock()
-    private var list: [String] = []
-    func add(_ message: String) { lock.lock(); list.append(message); lock.unlock() }
-    var all: [String] { lock.lock(); defer { lock.unlock() }; return list }
-}
-
-/// Runs `body(0..<count)` on `count` real threads at once and waits for all of them.
-func onThreads(_ count: Int, _ body: @escaping @Sendable (Int) -> Void) {
-    let group = DispatchGroup()
-    for i in 0..<count {
-        group.enter()
-        let thread = Thread {
-            body(i)
-            group.leave()
-        }
-        thread.stackSize = 4 << 20
-        thread.start()
-    }
-    group.wait()
 }

@@ -1,6 +1,7 @@
 import Foundation
 import Stash
 import StashGate
+import StashTestSupport
 import Testing
 
 /// Feature tiers, trials, the hard gate, overrides and the sync policy.
