@@ -60,7 +60,6 @@ struct Gate: ParsableCommand {
     func run() throws {
         try runCommand {
             if verb == .demo {
-                try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
                 try gatingStory(in: directory, say: printLine)
                 return
             }

@@ -19,10 +19,12 @@ struct GateDemoItem: Record {
 
 /// The gating act of `stash demo`: a free user hits the item limit, upgrades, is refunded
 /// with three homes (view and edit allowed, creation denied), and spends credits on two
-/// devices that converge through sync. Stores go under `directory` (gate-device-a, -b).
+/// devices that converge through sync. Stores go under `directory` (created if missing):
+/// gate-device-a and gate-device-b. `stash gate DIR demo` runs it on its own.
 func gatingStory(in directory: String, say: (String) -> Void) throws {
     typealias Home = GateDemoHome
     typealias Item = GateDemoItem
+    try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
     let key = Array("stash-demo-app-key-32-bytes-long".utf8)
     let signer = HMACSnapshotSigner(keyID: "demo", key: key)
     func open(_ name: String) throws -> (Store, FeatureGate) {
