@@ -8,31 +8,25 @@ import Stash
 //
 // | group     | one iteration is                                              | read as         |
 // |-----------|---------------------------------------------------------------|-----------------|
-// | bulk      | 1,000 item inserts in one transaction, into a store growing to N | records/s    |
-// | insert1   | one item insert, one commit, at a durability level            | p50/p99, ops/s  |
+// | bulk      | 1,000 item inserts in one transaction on EACH engine (`all`), | records/s       |
+// |           | into stores growing from 0 to N                               |                 |
+// | insert1   | one item insert + commit on each engine, per durability level | p50/p99, ops/s  |
 // | get       | one point read by id, decoded into `Item`                     | p50/p99, ops/s  |
 // | count     | one count of the items of a home through the homeID index     | p50/p99         |
 // | allocs    | one count, with malloc counting on                            | mallocs/op      |
-// | update    | wearCount += 1 on one item, one commit                        | p50/p99, ops/s  |
+// | update    | wearCount += 1 on one item + commit on each engine            | p50/p99, ops/s  |
 // | disk      | nothing: reports the fixture's file sizes as custom metrics    | bytes           |
 // | overhead  | nothing: the harness's own per-iteration cost                 | p50             |
 //
 // Sizes and iteration budgets come from the environment (see `BenchConfig`).
 
-/// Per-benchmark state, filled by `setup`, read in the measured closure.
+/// Per-benchmark state of the read benchmarks, filled by `setup`, read in the measured closure.
 final class State<E: Engine> {
     var engine: E?
     var directory: URL?
     /// Pre-drawn random targets; the count is a power of two.
     var targets: [RecordID] = []
     var cursor = 0
-    /// Items to write, prepared before `startMeasurement()` and kept until the next
-    /// iteration so that their release is not measured either.
-    var batch: [Item] = []
-    var single: Item?
-    var nextItem = 0
-    var homes = 1
-    var rng = SplitMix64(seed: 42)
 
     @inline(__always)
     func nextTarget() -> RecordID {
@@ -43,7 +37,6 @@ final class State<E: Engine> {
 
     func close() {
         engine = nil
-        batch = []
         if let directory, directory.path.contains("/scratch/") { Fixtures.remove(directory) }
         directory = nil
     }
@@ -60,14 +53,15 @@ enum Budget {
         metrics: [.mallocCountTotal, .throughput], warmupIterations: smoke ? 10 : 1_000,
         maxDuration: .seconds(smoke ? 1 : 2), maxIterations: smoke ? 100 : 10_000) }
     /// One commit per iteration.
+    /// One commit per engine per iteration (see `Trio`).
     static func commits(_ sync: SyncLevel) -> Benchmark.Configuration {
-        .init(metrics: [.wallClock, .throughput], timeUnits: .microseconds, warmupIterations: smoke ? 2 : 20,
-              maxDuration: .seconds(smoke ? 1 : 5), maxIterations: smoke ? 20 : (sync == .full ? 2_000 : 5_000))
+        .init(metrics: [.throughput] + Trio.metrics, warmupIterations: smoke ? 2 : 20,
+              maxDuration: .seconds(smoke ? 1 : 10), maxIterations: smoke ? 20 : (sync == .full ? 2_000 : 5_000))
     }
-    /// Exactly N/1000 batches: the store grows from 0 to N items.
+    /// Exactly N/1000 batches per engine: each store grows from 0 to N items.
     static func bulk(_ n: Int) -> Benchmark.Configuration {
-        .init(metrics: [.wallClock, .throughput], timeUnits: .milliseconds, warmupIterations: 0,
-              scalingFactor: .kilo, maxDuration: .seconds(3_600), maxIterations: max(1, n / Fixtures.batchSize))
+        .init(metrics: [.throughput] + Trio.metrics, warmupIterations: 0,
+              maxDuration: .seconds(3_600), maxIterations: max(1, n / Fixtures.batchSize))
     }
     static var once: Benchmark.Configuration { .init(
         metrics: [.throughput, DiskMetric.apparent, DiskMetric.allocated], warmupIterations: 0,
@@ -87,43 +81,117 @@ func drawTargets(_ count: Int, range: Int, seed: UInt64, _ make: (Int) -> Record
 
 // MARK: Registration, generic over the engine
 
-func registerBulk<E: Engine>(_: E.Type, n: Int) {
-    let s = State<E>()
-    Benchmark("bulk/\(E.name)/1000 per txn/\(BenchConfig.label(n))", configuration: Budget.bulk(n)) { benchmark in
-        s.batch = []
-        let start = s.nextItem
-        s.batch = (start..<start + Fixtures.batchSize).map { Workload.item($0, homes: s.homes) }
-        s.nextItem += Fixtures.batchSize
-        benchmark.startMeasurement()
-        try s.engine!.insert(items: s.batch)
-    } setup: {
-        let directory = try Fixtures.scratch("bulk-\(E.name)")
-        s.directory = directory
-        s.homes = Workload.homeCount(items: n)
-        s.engine = try E(directory: directory, sync: .full)
-        try s.engine!.insert(homes: (0..<s.homes).map(Workload.home))
-    } teardown: {
-        s.close()
+// MARK: Writes: the three engines interleaved
+
+/// The write benchmarks (bulk, insert1, update) run the three engines side by side: every
+/// iteration does the same write on each engine, in a rotating order, timing each one into
+/// its own custom metric (`Stash ns`, `LMDB ns`, `GRDB ns`). Commits wait for the disk, and
+/// the disk of a shared machine is busy at random moments; interleaving makes all engines
+/// meet the same moments, so their ratios hold even when the absolute numbers drift.
+final class Trio {
+    var engines: [any Engine] = []
+    var directories: [URL] = []
+    var targets: [RecordID] = []
+    var cursor = 0
+    var batch: [Item] = []
+    var single: Item?
+    var nextItem = 0
+    var homes = 1
+    var iteration = 0
+
+    static let names = [StashEngine.name, RawLMDBEngine.name, GRDBEngine.name]
+    static let metrics = names.map { BenchmarkMetric.custom("\($0) ns", polarity: .prefersSmaller, useScalingFactor: false) }
+
+    func open(sync: SyncLevel, _ directory: (any Engine.Type) throws -> URL) throws {
+        let types: [any Engine.Type] = [StashEngine.self, RawLMDBEngine.self, GRDBEngine.self]
+        for type in types {
+            let dir = try directory(type)
+            directories.append(dir)
+            engines.append(try type.init(directory: dir, sync: sync))
+        }
+    }
+
+    /// Runs `body` on each engine in this iteration's order and records each one's time.
+    func each(_ benchmark: Benchmark, _ body: (any Engine) throws -> Void) throws {
+        let first = iteration % engines.count
+        iteration += 1
+        for k in 0..<engines.count {
+            let e = (first + k) % engines.count
+            let start = monotonicNanoseconds()
+            try body(engines[e])
+            benchmark.measurement(Self.metrics[e], Int(monotonicNanoseconds() - start))
+        }
+    }
+
+    func nextTarget() -> RecordID {
+        let id = targets[cursor & (targets.count - 1)]
+        cursor &+= 1
+        return id
+    }
+
+    func close() {
+        engines = []
+        batch = []
+        for dir in directories where dir.path.contains("/scratch/") { Fixtures.remove(dir) }
+        directories = []
     }
 }
 
-func registerSingleInsert<E: Engine>(_: E.Type, n: Int, sync: SyncLevel) {
-    let s = State<E>()
-    Benchmark("insert1/\(E.name)/\(sync.rawValue)/\(BenchConfig.label(n))", configuration: Budget.commits(sync)) { benchmark in
-        s.single = Workload.item(s.nextItem, homes: s.homes)
-        s.nextItem += 1
-        benchmark.startMeasurement()
-        try s.engine!.insert(s.single!)
+@inline(__always)
+func monotonicNanoseconds() -> UInt64 {
+    var ts = timespec()
+    clock_gettime(CLOCK_MONOTONIC, &ts)
+    return UInt64(ts.tv_sec) * 1_000_000_000 + UInt64(ts.tv_nsec)
+}
+
+/// Loads N items in transactions of 1,000 into three empty stores, one batch per iteration.
+func registerBulk(n: Int) {
+    let t = Trio()
+    Benchmark("bulk/all/1000 per txn/\(BenchConfig.label(n))", configuration: Budget.bulk(n)) { benchmark in
+        t.batch = []
+        t.batch = (t.nextItem..<t.nextItem + Fixtures.batchSize).map { Workload.item($0, homes: t.homes) }
+        t.nextItem += Fixtures.batchSize
+        try t.each(benchmark) { try $0.insert(items: t.batch) }
     } setup: {
-        let directory = try Fixtures.copy(E.self, items: n, name: "insert1-\(E.name)-\(sync)")
-        s.directory = directory
-        s.homes = Workload.homeCount(items: n)
-        s.nextItem = n
-        s.engine = try E(directory: directory, sync: sync)
+        t.homes = Workload.homeCount(items: n)
+        try t.open(sync: .full) { type in try Fixtures.scratch("bulk-\(type.name)") }
+        for engine in t.engines { try engine.insert(homes: (0..<t.homes).map(Workload.home)) }
     } teardown: {
-        s.close()
+        t.close()
     }
 }
+
+/// One item per commit into a copy of the N-item fixture.
+func registerSingleInsert(n: Int, sync: SyncLevel) {
+    let t = Trio()
+    Benchmark("insert1/all/\(sync.rawValue)/\(BenchConfig.label(n))", configuration: Budget.commits(sync)) { benchmark in
+        t.single = Workload.item(t.nextItem, homes: t.homes)
+        t.nextItem += 1
+        try t.each(benchmark) { try $0.insert(t.single!) }
+    } setup: {
+        t.homes = Workload.homeCount(items: n)
+        t.nextItem = n
+        try t.open(sync: sync) { type in try Fixtures.copy(type, items: n, name: "insert1-\(type.name)-\(sync)") }
+    } teardown: {
+        t.close()
+    }
+}
+
+/// `wearCount += 1` on a random item, one commit, in a copy of the N-item fixture.
+func registerUpdate(n: Int, sync: SyncLevel) {
+    let t = Trio()
+    Benchmark("update/all/\(sync.rawValue)/\(BenchConfig.label(n))", configuration: Budget.commits(sync)) { benchmark in
+        let id = t.nextTarget()
+        try t.each(benchmark) { try $0.incrementWearCount(id) }
+    } setup: {
+        try t.open(sync: sync) { type in try Fixtures.copy(type, items: n, name: "update-\(type.name)-\(sync)") }
+        t.targets = drawTargets(1 << 16, range: n, seed: 3, Workload.itemID)
+    } teardown: {
+        t.close()
+    }
+}
+
+// MARK: Reads: one engine per benchmark
 
 func registerGet<E: Engine>(_: E.Type, n: Int, variant: String = "typed",
                              _ get: @escaping (E, RecordID) throws -> Item? = { try $0.item($1) }) {
@@ -163,20 +231,6 @@ func registerCount<E: Engine>(_: E.Type, n: Int, variant: String, _ count: @esca
     }
 }
 
-func registerUpdate<E: Engine>(_: E.Type, n: Int, sync: SyncLevel) {
-    let s = State<E>()
-    Benchmark("update/\(E.name)/\(sync.rawValue)/\(BenchConfig.label(n))", configuration: Budget.commits(sync)) { _ in
-        try s.engine!.incrementWearCount(s.nextTarget())
-    } setup: {
-        let directory = try Fixtures.copy(E.self, items: n, name: "update-\(E.name)-\(sync)")
-        s.directory = directory
-        s.engine = try E(directory: directory, sync: sync)
-        s.targets = drawTargets(1 << 16, range: n, seed: 3, Workload.itemID)
-    } teardown: {
-        s.close()
-    }
-}
-
 func registerDisk<E: Engine>(_: E.Type, n: Int) {
     let s = State<E>()
     Benchmark("disk/\(E.name)/files/\(BenchConfig.label(n))", configuration: Budget.once) { benchmark in
@@ -209,15 +263,8 @@ let benchmarks: @Sendable () -> Void = {
     }
 
     for n in BenchConfig.sizes {
-        registerBulk(StashEngine.self, n: n)
-        registerBulk(RawLMDBEngine.self, n: n)
-        registerBulk(GRDBEngine.self, n: n)
-
-        for sync in SyncLevel.allCases {
-            registerSingleInsert(StashEngine.self, n: n, sync: sync)
-            registerSingleInsert(RawLMDBEngine.self, n: n, sync: sync)
-            registerSingleInsert(GRDBEngine.self, n: n, sync: sync)
-        }
+        registerBulk(n: n)
+        for sync in SyncLevel.allCases { registerSingleInsert(n: n, sync: sync) }
 
         registerGet(StashEngine.self, n: n)
         registerGet(RawLMDBEngine.self, n: n)
@@ -231,11 +278,7 @@ let benchmarks: @Sendable () -> Void = {
         registerCount(GRDBEngine.self, n: n, variant: "fetchCount") { try $0.countItems(home: $1) }
         registerCount(GRDBEngine.self, n: n, variant: "cached SQL") { try $0.countItemsWithCachedSQL(home: $1) }
 
-        for sync in [SyncLevel.full, .relaxed] {
-            registerUpdate(StashEngine.self, n: n, sync: sync)
-            registerUpdate(RawLMDBEngine.self, n: n, sync: sync)
-            registerUpdate(GRDBEngine.self, n: n, sync: sync)
-        }
+        for sync in [SyncLevel.full, .relaxed] { registerUpdate(n: n, sync: sync) }
 
         registerDisk(StashEngine.self, n: n)
         registerDisk(RawLMDBEngine.self, n: n)
