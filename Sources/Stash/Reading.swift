@@ -43,7 +43,7 @@ public struct RecordReader {
 
     func storedCount(_ tag: UInt16) throws -> Int {
         if let context { return try context.count(tag) }
-        return Int(LittleEndian.uint64(try txn.get(dbs.counts, key: StoreKeys.count(tag))) ?? 0)
+        return Int(try txn.uint64(dbs.counts, key: StoreKeys.count(tag)) ?? 0)
     }
 
     func bytes(_ layout: TypeLayout, _ id: RecordID) throws -> [UInt8]? {

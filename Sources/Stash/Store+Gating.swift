@@ -36,16 +36,14 @@ extension StoreReading {
     /// The largest number of records that share one value of `index`'s field (0 when the
     /// type is empty): "does any home hold more than 10 items?".
     ///
-    /// O(n) in the index entries (one cursor walk), so keep it off hot paths; check
-    /// ``count(all:)`` first, since no group can be larger than the whole type. Strings
-    /// longer than the indexed prefix group by that prefix (an upper bound).
+    /// O(distinct values): one cursor jumps from value to value and reads each group's size
+    /// with `mdb_cursor_count`. Check ``count(all:)`` first, since no group can be larger
+    /// than the whole type. Strings longer than the indexed prefix group by that prefix
+    /// (an upper bound).
     public func largestGroupCount<R: Record, V: IndexableValue>(_ index: IndexHandle<R, V>) throws -> Int {
-        let prefix = StoreKeys.indexPrefix(index.typeTag, index.indexTag)
-        var largest = 0, run = 0
-        var last: [UInt8]? = nil
-        try reader.txn.scan(index.database, prefix: prefix) { key, _ in
-            if key == last { run += 1 } else { run = 1; last = key }
-            largest = max(largest, run)
+        var largest = 0
+        try reader.txn.forEachKeyWithCount(index.database, prefix: StoreKeys.indexPrefix(index.typeTag, index.indexTag)) { _, count in
+            largest = max(largest, count)
             return true
         }
         return largest

@@ -309,7 +309,7 @@ final class WriteContext: FieldTagResolver {
 
     /// The stored count plus this transaction's pending changes.
     func count(_ typeTag: UInt16) throws -> Int {
-        let stored = LittleEndian.uint64(try txn.get(dbs.counts, key: StoreKeys.count(typeTag))) ?? 0
+        let stored = try txn.uint64(dbs.counts, key: StoreKeys.count(typeTag)) ?? 0
         return Int(stored) + countDeltas[typeTag, default: 0]
     }
 

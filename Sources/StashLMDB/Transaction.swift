@@ -109,6 +109,44 @@ extension TransactionReading {
         return bytes(data)
     }
 
+    /// The 8-byte little-endian integer stored under `key` (nil when absent or not 8 bytes),
+    /// read in place: no allocation. For counters kept as fixed-width values.
+    public func uint64(_ db: Database, key: some ByteSource) throws(LMDBError) -> UInt64? {
+        try checkKey(key, db, "get")
+        var data = MDB_val()
+        let rc = withVal(key) { k in mdb_get(handle.txn, db.dbi, &k, &data) }
+        if rc == MDB_NOTFOUND { return nil }
+        try check(rc, "mdb_get \(db.name)", path)
+        guard data.mv_size == 8, let raw = data.mv_data else { return nil }
+        return UInt64(littleEndian: raw.loadUnaligned(as: UInt64.self))
+    }
+
+    /// Calls `body(key, duplicates)` for each distinct key starting with `prefix` in a
+    /// DUPSORT database, jumping from key to key (`MDB_NEXT_NODUP` + `mdb_cursor_count`):
+    /// O(distinct keys), not O(entries).
+    public func forEachKeyWithCount(_ db: Database, prefix: some ByteSource, _ body: ([UInt8], Int) throws -> Bool) throws {
+        let prefixBytes = prefix.withByteBuffer { Array($0) }
+        try checkKey(prefixBytes, db, "scan")
+        try handle.withScanCursor(db, path) { cursor in
+            var key = MDB_val(), data = MDB_val()
+            var rc = withVal(prefixBytes) { k in
+                var probe = k
+                let rc = mdb_cursor_get(cursor, &probe, &data, MDB_SET_RANGE)
+                key = probe
+                return rc
+            }
+            while rc == 0 {
+                let current = bytes(key)
+                guard current.starts(with: prefixBytes) else { return }
+                var count = 0
+                try check(mdb_cursor_count(cursor, &count), "mdb_cursor_count \(db.name)", path)
+                guard try body(current, count) else { return }
+                rc = mdb_cursor_get(cursor, &key, &data, MDB_NEXT_NODUP)
+            }
+            if rc != MDB_NOTFOUND { try check(rc, "mdb_cursor_get \(db.name)", path) }
+        }
+    }
+
     /// True when `key` is present. No copy of the value.
     public func contains(_ db: Database, key: some ByteSource) throws(LMDBError) -> Bool {
         try checkKey(key, db, "get")

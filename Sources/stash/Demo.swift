@@ -95,5 +95,6 @@ struct Demo: ParsableCommand {
         let stats = try store.statistics()
         say("store file: \(stats.fileSize / 1024) KiB, map \(stats.mapUsed / 1024) KiB used")
         try syncStory(in: path, say: say)
+        try gatingStory(in: (path as NSString).appendingPathComponent("gating"), say: say)
     }
 }

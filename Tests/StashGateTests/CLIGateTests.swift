@@ -137,7 +137,7 @@ enum GateCLI {
             let signal = dir.sub("go-\(UUID().uuidString)")
             let racers = try (0..<count).map { try GateCLI.start(arguments($0) + ["--start-when", signal]) }
             Thread.sleep(forTimeInterval: 0.5)
-            FileManager.default.createFile(atPath: signal, contents: nil)
+            #expect(FileManager.default.createFile(atPath: signal, contents: nil), "cannot create the start signal \(signal)")
             return racers.map(GateCLI.finish)
         }
         // Homes: 3 processes × 3 attempts, free limit 1.
