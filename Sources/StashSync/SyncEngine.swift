@@ -64,6 +64,8 @@ public struct SyncReport: Sendable, CustomStringConvertible {
     public var parked: [String] = []
     /// The peer had fallen behind purged history and got a full-state snapshot.
     public var sentFullSnapshot = false
+    /// The peer needed a reset (it fell behind purged history): same as ``sentFullSnapshot``.
+    public var resetRequired: Bool { sentFullSnapshot }
 
     public var description: String {
         var text = "sent \(sentEntries) record states, received \(receivedEntries) (\(changedHere) changed here)"
