@@ -63,6 +63,19 @@ enum Fixtures {
         }
     }
 
+    /// Reads every file of `directory` once, so that read benchmarks start from a warm OS page
+    /// cache whatever ran before them (each engine's own cache stays as the engine sets it).
+    static func warm(_ directory: URL) {
+        let names = (try? FileManager.default.contentsOfDirectory(atPath: directory.path)) ?? []
+        var buffer = [UInt8](repeating: 0, count: 1 << 20)
+        for name in names {
+            let fd = Foundation.open(directory.appendingPathComponent(name).path, O_RDONLY)
+            guard fd >= 0 else { continue }
+            while buffer.withUnsafeMutableBytes({ read(fd, $0.baseAddress, $0.count) }) > 0 {}
+            close(fd)
+        }
+    }
+
     /// A fresh directory for this process.
     static func scratch(_ name: String) throws -> URL {
         let directory = BenchConfig.root.appendingPathComponent("scratch")

@@ -199,7 +199,9 @@ func registerGet<E: Engine>(_: E.Type, n: Int, variant: String = "typed",
     Benchmark("get/\(E.name)/\(variant)/\(BenchConfig.label(n))", configuration: Budget.micro) { _ in
         blackHole(try get(s.engine!, s.nextTarget()))
     } setup: {
-        s.engine = try E(directory: try Fixtures.ensure(E.self, items: n), sync: .full)
+        let directory = try Fixtures.ensure(E.self, items: n)
+        Fixtures.warm(directory)
+        s.engine = try E(directory: directory, sync: .full)
         s.targets = drawTargets(1 << 16, range: n, seed: 1, Workload.itemID)
         let probe = n / 2
         guard try get(s.engine!, Workload.itemID(probe)) == Workload.item(probe, homes: Workload.homeCount(items: n)) else {
@@ -217,7 +219,9 @@ func registerCount<E: Engine>(_: E.Type, n: Int, variant: String, _ count: @esca
         Benchmark("\(group)/\(E.name)/\(variant)/\(BenchConfig.label(n))", configuration: configuration) { _ in
             blackHole(try count(s.engine!, s.nextTarget()))
         } setup: {
-            s.engine = try E(directory: try Fixtures.ensure(E.self, items: n), sync: .full)
+            let directory = try Fixtures.ensure(E.self, items: n)
+            Fixtures.warm(directory)
+            s.engine = try E(directory: directory, sync: .full)
             let homes = Workload.homeCount(items: n)
             s.targets = drawTargets(1 << 12, range: homes, seed: 2, Workload.homeID)
             let expected = n / homes + (n % homes > 0 ? 1 : 0)
