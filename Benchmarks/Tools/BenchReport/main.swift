@@ -93,6 +93,16 @@ func ratio(_ v: Double?) -> String {
     return v >= 10 ? String(format: "%.0f×", v) : String(format: "%.2f×", v)
 }
 
+/// A ratio shown next to a threshold: with three decimals when two would round it across.
+func ratio(_ v: Double?, threshold: Double) -> String {
+    guard let v, v.isFinite else { return "–" }
+    let shown = ratio(v)
+    if v < 10, (v >= threshold) != ((Double(String(format: "%.2f", v)) ?? v) >= threshold) {
+        return String(format: "%.3f×", v)
+    }
+    return shown
+}
+
 func bytes(_ v: Double?) -> String {
     guard let v, v.isFinite else { return "–" }
     if v >= Double(1 << 30) { return String(format: "%.2f GiB", v / Double(1 << 30)) }
@@ -133,13 +143,20 @@ if let i = arguments.firstIndex(of: "--commit"), i + 1 < arguments.count {
     commit = arguments[i + 1]
     arguments.removeSubrange(i...(i + 1))
 }
+// --check-allocations: exit 1 when the index-handle count allocates (malloc counts are
+// deterministic, so CI can hold this line even on a noisy machine).
+var checkAllocations = false
+if let i = arguments.firstIndex(of: "--check-allocations") {
+    checkAllocations = true
+    arguments.remove(at: i)
+}
 var infoFile: String?
 if let i = arguments.firstIndex(of: "--info"), i + 1 < arguments.count {
     infoFile = arguments[i + 1]
     arguments.removeSubrange(i...(i + 1))
 }
 guard let path = arguments.first else {
-    FileHandle.standardError.write(Data("usage: BenchReport <run.jmh.json> [--commit SHA] [--info run-info.txt]\n".utf8))
+    FileHandle.standardError.write(Data("usage: BenchReport <run.jmh.json> [--commit SHA] [--info run-info.txt] [--check-allocations]\n".utf8))
     exit(2)
 }
 let results: [Result]
@@ -191,8 +208,8 @@ for size in sizes {
               })
         let vsLMDB = rps[0].flatMap { s in rps[1].map { s / $0 } }
         let vsGRDB = rps[0].flatMap { s in rps[2].map { s / $0 } }
-        goals[size, default: []].append(Goal(text: "bulk insert ≥ 0.5× raw LMDB", met: vsLMDB.map { $0 >= 0.5 }, detail: ratio(vsLMDB)))
-        goals[size, default: []].append(Goal(text: "bulk insert ≥ 1.5× GRDB", met: vsGRDB.map { $0 >= 1.5 }, detail: ratio(vsGRDB)))
+        goals[size, default: []].append(Goal(text: "bulk insert ≥ 0.5× raw LMDB", met: vsLMDB.map { $0 >= 0.5 }, detail: ratio(vsLMDB, threshold: 0.5)))
+        goals[size, default: []].append(Goal(text: "bulk insert ≥ 1.5× GRDB", met: vsGRDB.map { $0 >= 1.5 }, detail: ratio(vsGRDB, threshold: 1.5)))
     }
 
     // Single insert
@@ -210,7 +227,7 @@ for size in sizes {
             if level != "none" {
                 let r = sv.flatMap { a in gv.map { a / $0 } }
                 goals[size, default: []].append(Goal(text: "durable single insert ≥ GRDB at equal durability (\(label))",
-                                                     met: r.map { $0 >= 1 }, detail: "\(ratio(r)) (ops/s)"))
+                                                     met: r.map { $0 >= 1 }, detail: "\(ratio(r, threshold: 1)) (ops/s)"))
             }
         }
         table(["durability", "Stash p50 / p99", "Stash ops/s", "LMDB p50 / p99", "LMDB ops/s", "GRDB p50 / p99", "GRDB ops/s",
@@ -230,7 +247,7 @@ for size in sizes {
             return [label, us(r?.p50), us(r?.p99), rate(v), engine == "Stash" ? "" : ratio(stash.flatMap { s in v.map { s / $0 } })]
         })
         let vsLMDB = stash.flatMap { s in opsPerSecond(find("get", "LMDB", "typed", size)).map { s / $0 } }
-        goals[size, default: []].append(Goal(text: "typed point read ≥ 0.5× raw LMDB", met: vsLMDB.map { $0 >= 0.5 }, detail: ratio(vsLMDB)))
+        goals[size, default: []].append(Goal(text: "typed point read ≥ 0.5× raw LMDB", met: vsLMDB.map { $0 >= 0.5 }, detail: ratio(vsLMDB, threshold: 0.5)))
     }
 
     // Counts
@@ -256,8 +273,8 @@ for size in sizes {
             let p99 = find("count", "Stash", variant, size)?.p99
             let vsLMDB = p99.flatMap { p in lmdb.map { p / $0 } }
             let vsGRDB = p99.flatMap { p in grdb.map { $0 / p } }
-            goals[size, default: []].append(Goal(text: "indexed count p99 ≤ 2× raw LMDB (\(label))", met: vsLMDB.map { $0 <= 2 }, detail: ratio(vsLMDB)))
-            goals[size, default: []].append(Goal(text: "indexed count ≥ 10× faster than GRDB at p99 (\(label))", met: vsGRDB.map { $0 >= 10 }, detail: ratio(vsGRDB)))
+            goals[size, default: []].append(Goal(text: "indexed count p99 ≤ 2× raw LMDB (\(label))", met: vsLMDB.map { $0 <= 2 }, detail: ratio(vsLMDB, threshold: 2)))
+            goals[size, default: []].append(Goal(text: "indexed count ≥ 10× faster than GRDB at p99 (\(label))", met: vsGRDB.map { $0 >= 10 }, detail: ratio(vsGRDB, threshold: 10)))
             if let m = find("allocs", "Stash", variant, size)?.mallocs {
                 goals[size, default: []].append(Goal(text: "0 allocations per indexed count (\(label))", met: m == 0, detail: String(format: "%.0f", m)))
             }
@@ -306,3 +323,15 @@ var header = "Run: \(path)"
 if let commit { header += ", Stash commit \(commit)" }
 print("<!-- generated by BenchReport; \(header) -->")
 print(out, terminator: "")
+
+if checkAllocations {
+    let handle = results.filter { $0.group == "allocs" && $0.engine == "Stash" && $0.variant == "index handle" }
+    if handle.isEmpty {
+        FileHandle.standardError.write(Data("BenchReport: no allocs/Stash/index handle result to check\n".utf8))
+        exit(1)
+    }
+    for r in handle where (r.mallocs ?? 1) != 0 {
+        FileHandle.standardError.write(Data("BenchReport: count through an index handle allocates (\(r.mallocs ?? .nan) mallocs per count at N = \(r.size)); it must not\n".utf8))
+        exit(1)
+    }
+}
