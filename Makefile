@@ -3,7 +3,7 @@ SWIFT ?= swift
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 export DEBIAN_FRONTEND := noninteractive
 
-.PHONY: deps deps-test build demo test bench bench-smoke clean
+.PHONY: deps deps-test deps-bench build demo test bench bench-smoke clean
 
 # liblmdb-dev provides lmdb.h, liblmdb.so and the pkg-config file `lmdb`.
 deps:
@@ -17,6 +17,12 @@ deps-test: deps
 		echo "installing lmdb-utils (apt)"; \
 		$(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq lmdb-utils >/dev/null; }
 
+# libsqlite3-dev (and pkg-config) for GRDB, the SQLite peer of the benchmark suite.
+deps-bench: deps
+	@command -v pkg-config >/dev/null && pkg-config --exists sqlite3 2>/dev/null || { \
+		echo "installing libsqlite3-dev (apt, for GRDB)"; \
+		$(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq libsqlite3-dev pkg-config >/dev/null; }
+
 build: deps
 	$(SWIFT) build
 
@@ -24,9 +30,12 @@ demo: deps
 	$(SWIFT) build --product stash
 	$$($(SWIFT) build --show-bin-path)/stash demo
 
-test: deps-test
+# The whole test suite, then a build of the benchmark package so it never rots
+# (running it is `make bench`; `make bench-smoke` runs a tiny configuration).
+test: deps-test deps-bench
 	$(SWIFT) build --build-tests
 	$(SWIFT) test --skip-build
+	$(SWIFT) build --package-path Benchmarks
 
 # Benchmarks: Stash against raw LMDB and GRDB/SQLite in one run (see BENCHMARKS.md).
 # The suite is its own package in Benchmarks/ (package-benchmark + GRDB are never built for
