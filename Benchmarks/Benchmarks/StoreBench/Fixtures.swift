@@ -76,6 +76,13 @@ enum Fixtures {
         }
     }
 
+    /// Writes every dirty page of the machine to disk (`sync(2)`) before measuring, so that
+    /// background writeback of a fixture just built or copied (hundreds of MB at N = 1M) does
+    /// not compete with the measurement for the disk and, on a small VM, for the CPU.
+    static func settle() {
+        Foundation.sync()
+    }
+
     /// A fresh directory for this process.
     static func scratch(_ name: String) throws -> URL {
         let directory = BenchConfig.root.appendingPathComponent("scratch")

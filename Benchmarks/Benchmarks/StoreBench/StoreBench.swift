@@ -156,6 +156,7 @@ func registerBulk(n: Int) {
         t.homes = Workload.homeCount(items: n)
         try t.open(sync: .full) { type in try Fixtures.scratch("bulk-\(type.name)") }
         for engine in t.engines { try engine.insert(homes: (0..<t.homes).map(Workload.home)) }
+        Fixtures.settle()
     } teardown: {
         t.close()
     }
@@ -172,6 +173,7 @@ func registerSingleInsert(n: Int, sync: SyncLevel) {
         t.homes = Workload.homeCount(items: n)
         t.nextItem = n
         try t.open(sync: sync) { type in try Fixtures.copy(type, items: n, name: "insert1-\(type.name)-\(sync)") }
+        Fixtures.settle()
     } teardown: {
         t.close()
     }
@@ -186,6 +188,7 @@ func registerUpdate(n: Int, sync: SyncLevel) {
     } setup: {
         try t.open(sync: sync) { type in try Fixtures.copy(type, items: n, name: "update-\(type.name)-\(sync)") }
         t.targets = drawTargets(1 << 16, range: n, seed: 3, Workload.itemID)
+        Fixtures.settle()
     } teardown: {
         t.close()
     }
@@ -207,6 +210,7 @@ func registerGet<E: Engine>(_: E.Type, n: Int, variant: String = "typed",
         guard try get(s.engine!, Workload.itemID(probe)) == Workload.item(probe, homes: Workload.homeCount(items: n)) else {
             throw BenchError("get/\(E.name): the record read back differs from the one written")
         }
+        Fixtures.settle()
     } teardown: {
         s.close()
     }
@@ -229,6 +233,7 @@ func registerCount<E: Engine>(_: E.Type, n: Int, variant: String, _ count: @esca
             guard got == expected else {
                 throw BenchError("\(group)/\(E.name)/\(variant): home 0 has \(got) items, expected \(expected)")
             }
+            Fixtures.settle()
         } teardown: {
             s.close()
         }
@@ -251,6 +256,7 @@ func registerDisk<E: Engine>(_: E.Type, n: Int) {
         benchmark.measurement(DiskMetric.allocated, allocated)
     } setup: {
         s.directory = try Fixtures.ensure(E.self, items: n)
+        Fixtures.settle()
     }
 }
 
