@@ -44,9 +44,6 @@ test: deps-test deps-bench
 # Benchmarks/.build/results/report.md.
 BENCH_RESULTS := .build/results
 define bench-run
-	@command -v pkg-config >/dev/null && pkg-config --exists sqlite3 2>/dev/null || { \
-		echo "installing libsqlite3-dev (apt, for GRDB)"; \
-		$(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq libsqlite3-dev pkg-config >/dev/null; }
 	@mkdir -p Benchmarks/$(1)
 	@{ echo "date: $$(date -u '+%Y-%m-%d %H:%M UTC')"; \
 	   echo "load average before the run: $$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null)"; } > Benchmarks/$(1)/run-info.txt
@@ -58,14 +55,14 @@ define bench-run
 		> $(1)/report.md
 endef
 
-bench: deps
+bench: deps-bench
 	$(call bench-run,$(BENCH_RESULTS),)
 	@cat Benchmarks/$(BENCH_RESULTS)/report.md
 
 # Builds the suite and runs every benchmark once on a tiny store (N = 1,000, a few
 # iterations each), so that CI notices when the benchmarks stop building or running, or
 # when the indexed count through a handle starts to allocate.
-bench-smoke: deps
+bench-smoke: deps-bench
 	$(call bench-run,$(BENCH_RESULTS)-smoke,STASH_BENCH_SMOKE=1)
 	@# Malloc counts are deterministic: the count through an index handle must stay at 0.
 	cd Benchmarks && .build/release/BenchReport $(BENCH_RESULTS)-smoke/Current_run.jmh.json --check-allocations >/dev/null
