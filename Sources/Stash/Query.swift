@@ -228,6 +228,8 @@ extension PredicateExpressions.KeyPath: PlannerKeyPath {
     var plannerKeyPath: AnyKeyPath { keyPath }
 }
 extension PredicateExpressions.Variable: PlannerVariable {}
+protocol PlannerValue { var plannerValue: Any { get } }
+extension PredicateExpressions.Value: PlannerValue { var plannerValue: Any { value } }
 
 enum PredicateAnalyzer {
     /// The conjuncts of `predicate` that are `field op constant`, and whether anything else remains.
@@ -269,8 +271,14 @@ enum PredicateAnalyzer {
 
     /// An operand that does not involve the record, evaluated now.
     private static func constant(_ operand: Any) -> FieldValue? {
-        guard let expression = operand as? any PredicateExpression, !mentionsVariable(operand) else { return nil }
-        guard let value = try? evaluate(expression) else { return nil }
+        let value: Any
+        if let constant = operand as? PlannerValue {
+            value = constant.plannerValue                    // a captured value: no evaluation needed
+        } else {
+            guard let expression = operand as? any PredicateExpression, !mentionsVariable(operand) else { return nil }
+            guard let evaluated = try? evaluate(expression) else { return nil }
+            value = evaluated
+        }
         if let special = specialFieldValue(value) { return special }
         guard let encodable = value as? any Encodable, let field = try? FieldValue(encoding: encodable) else { return nil }
         switch field {
@@ -285,6 +293,7 @@ enum PredicateAnalyzer {
 
     private static func mentionsVariable(_ operand: Any) -> Bool {
         if operand is PlannerVariable { return true }
+        if operand is PlannerValue { return false }
         if let kp = operand as? PlannerKeyPath { return mentionsVariable(kp.plannerRoot) }
         // Only key paths on constants and plain values are treated as constants.
         let name = String(describing: type(of: operand))

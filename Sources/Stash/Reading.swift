@@ -148,7 +148,14 @@ extension StoreReading {
     /// O(1) with a single-field index on `keyPath` (one `mdb_cursor_count`); otherwise the
     /// same answer from a prefix scan of a composite index or a full scan.
     public func count<R: Record, V: IndexableValue>(_ type: R.Type, where keyPath: KeyPath<R, V>, equals value: V) throws -> Int {
-        let condition = QueryCondition(field: fieldName(of: keyPath), op: .equal, value: try FieldValue(encoding: value))
+        let name = fieldName(of: keyPath)
+        let layout = try reader.layout(R.recordType)
+        if let index = layout.schema.indexes.first(where: { $0.fields.count == 1 && $0.fields[0] == name }) {
+            var key = StoreKeys.indexPrefix(layout.schema.tag, index.tag)
+            value.appendIndexComponent(to: &key)
+            if !key.isLossy { return try reader.txn.duplicateCount(reader.dbs.index, key: key) }
+        }
+        let condition = QueryCondition(field: name, op: .equal, value: try FieldValue(encoding: value))
         return try count(typeNamed: R.recordType, where: [condition])
     }
 

@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 
 /// A typed record: a `Codable` struct with a stable type name and a ``RecordID``.
 ///
@@ -31,7 +32,7 @@ public protocol Record: Codable, Sendable {
 }
 
 extension Record {
-    public static var recordType: String { String(describing: Self.self) }
+    public static var recordType: String { NameCache.typeName(Self.self) }
     public static var indexes: [RecordIndex<Self>] { [] }
     public static var isLocalOnly: Bool { false }
     public static var fieldDefaults: [String: FieldValue] { [:] }
@@ -68,7 +69,33 @@ public struct RecordIndex<R: Record>: @unchecked Sendable {
 }
 
 /// The stored field name of a key path: `\Item.homeID` → `homeID`, `\Item.size.width` → `size.width`.
-func fieldName(of keyPath: AnyKeyPath) -> String {
+func fieldName(of keyPath: AnyKeyPath) -> String { NameCache.fieldName(keyPath) }
+
+/// Type and key-path names, computed once: `String(describing:)` walks reflection metadata.
+enum NameCache {
+    private static let types = Mutex<[ObjectIdentifier: String]>([:])
+    private static let keyPaths = Mutex<[ObjectIdentifier: (KeyPathBox, String)]>([:])
+    struct KeyPathBox: @unchecked Sendable { let keyPath: AnyKeyPath }
+
+    static func typeName(_ type: Any.Type) -> String {
+        let key = ObjectIdentifier(type)
+        if let name = types.withLock({ $0[key] }) { return name }
+        let name = String(describing: type)
+        types.withLock { $0[key] = name }
+        return name
+    }
+
+    static func fieldName(_ keyPath: AnyKeyPath) -> String {
+        let key = ObjectIdentifier(keyPath)
+        if let entry = keyPaths.withLock({ $0[key] }) { return entry.1 }
+        let name = describeFieldName(keyPath)
+        let box = KeyPathBox(keyPath: keyPath)
+        keyPaths.withLock { $0[key] = (box, name) }   // keeps the key path alive: its identity stays unique
+        return name
+    }
+}
+
+func describeFieldName(_ keyPath: AnyKeyPath) -> String {
     let text = String(describing: keyPath)
     guard let dot = text.firstIndex(of: ".") else { return text }
     return String(text[text.index(after: dot)...])

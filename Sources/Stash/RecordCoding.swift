@@ -243,6 +243,14 @@ struct RecordKeyedDecoder<Key: CodingKey>: KeyedDecodingContainerProtocol {
             if T.self == UUID.self { return decoder.id.uuid as! T }
         }
         guard let range = range(key) else { return try decode(type, fromDefaultOf: key) }
+        if T.self == Date.self || T.self == Data.self {
+            var reader = ByteReader(decoder.record.bytes, range: range)
+            let kind = try reader.kind()
+            if T.self == Date.self, kind == .date {
+                return Date(timeIntervalSince1970: try reader.payloadDouble()) as! T
+            }
+            if T.self == Data.self, kind == .bytes { return try reader.payloadData() as! T }
+        }
         if T.self == UUID.self || T.self == RecordID.self {
             var reader = ByteReader(decoder.record.bytes, range: range)
             if try reader.kind() == .uuid {

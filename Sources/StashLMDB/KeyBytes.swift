@@ -55,6 +55,22 @@ public struct KeyBytes: ByteSource, Sendable, Equatable, Hashable, CustomStringC
         }
     }
 
+    /// `appendBigEndian` for the widths keys use, without generic dispatch.
+    public mutating func appendBigEndian(_ value: UInt64) { appendRaw(value.bigEndian, 8) }
+    public mutating func appendBigEndian(_ value: UInt32) { appendRaw(value.bigEndian, 4) }
+    public mutating func appendBigEndian(_ value: UInt16) { appendRaw(value.bigEndian, 2) }
+
+    @inline(__always)
+    private mutating func appendRaw<T: FixedWidthInteger>(_ bigEndian: T, _ size: Int) {
+        guard count + size <= Self.capacity else {
+            withUnsafeBytes(of: bigEndian) { for b in $0 { append(b) } }
+            return
+        }
+        let at = count
+        withUnsafeMutableBytes(of: &storage) { $0.storeBytes(of: bigEndian, toByteOffset: at, as: T.self) }
+        count += size
+    }
+
     /// Removes bytes from the end.
     public mutating func removeLast(_ n: Int) {
         precondition(n <= count)
