@@ -127,8 +127,8 @@ extension Store {
     }
 
     func historyBounds<T: TransactionReading>(_ txn: T) throws -> (current: HistoryToken, purgedThrough: HistoryToken) {
-        let next = LittleEndian.uint64(try txn.get(dbs.meta, key: MetaKey.nextSequence)) ?? 1
-        let purged = LittleEndian.uint64(try txn.get(dbs.meta, key: MetaKey.purgedThrough)) ?? 0
+        let next = try txn.uint64(dbs.meta, key: MetaKey.nextSequence) ?? 1
+        let purged = try txn.uint64(dbs.meta, key: MetaKey.purgedThrough) ?? 0
         return (HistoryToken(sequence: next - 1), HistoryToken(sequence: purged))
     }
 
@@ -145,32 +145,7 @@ extension Store {
 
     /// One page of history and how far it looked (past filtered-out entries), in one snapshot.
     func historyPage(after token: HistoryToken, types: Set<String>?, limit: Int?) throws -> (entries: [HistoryEntry], scannedThrough: HistoryToken) {
-        try read { snapshot in
-            let bounds = try historyBounds(snapshot.txn)
-            if token < bounds.purgedThrough {
-                throw StoreError(.historyPurged, "store \(path): history after \(token) is gone (purged through \(bounds.purgedThrough)); resynchronize from a full copy, then follow from \(bounds.current)")
-            }
-            let catalog = try reloadCatalog(snapshot.txn)
-            var entries: [HistoryEntry] = []
-            var scanned = token
-            var start = KeyBytes()
-            start.appendBigEndian(token.sequence &+ 1)
-            try snapshot.txn.scan(dbs.history, from: .atOrAfter(start)) { key, value in
-                guard key.count == 8 else { return true }
-                let sequence = key.reduce(UInt64(0)) { $0 << 8 | UInt64($1) }
-                scanned = HistoryToken(sequence: sequence)
-                var entry = try HistoryEntry.decode(sequence: sequence, value, catalog: catalog)
-                if let types {
-                    let kept = entry.changes.filter { types.contains($0.type) }
-                    if kept.isEmpty { return true }
-                    entry = HistoryEntry(sequence: entry.sequence, timestamp: entry.timestamp, origin: entry.origin, author: entry.author, changes: kept)
-                }
-                entries.append(entry)
-                return limit.map { entries.count < $0 } ?? true
-            }
-            if limit.map({ entries.count < $0 }) ?? true { scanned = max(scanned, bounds.current) }
-            return (entries, scanned)
-        }
+        try read { snapshot in try snapshot.historyPage(after: token, types: types, limit: limit) }
     }
 
     // MARK: Consumers and purge

@@ -33,7 +33,7 @@ struct SchemaMerger {
 
     func run(_ declaration: SchemaDeclaration) throws -> Result {
         let (storeID, siteID) = try identity()
-        let generation = LittleEndian.uint64(try txn.get(dbs.meta, key: MetaKey.schemaGeneration)) ?? 0
+        let generation = try txn.uint64(dbs.meta, key: MetaKey.schemaGeneration) ?? 0
         let stored = try Self.loadSchema(txn, dbs, path) ?? StoreSchema()
         let context = WriteContext(path: path, txn: txn, dbs: dbs, catalog: Catalog(schema: stored, generation: generation),
                                    siteID: siteID, author: "migration", now: options.clock)
@@ -49,7 +49,7 @@ struct SchemaMerger {
     }
 
     private func identity() throws -> (RecordID, RecordID) {
-        if let format = LittleEndian.uint64(try txn.get(dbs.meta, key: MetaKey.format)) {
+        if let format = try txn.uint64(dbs.meta, key: MetaKey.format) {
             guard format <= Self.format else {
                 throw StoreError(.notAStore, "store \(path) has format \(format), newer than this library (\(Self.format)); upgrade Stash")
             }
@@ -172,9 +172,8 @@ struct SchemaMerger {
 
     private func dropIndex(_ index: IndexSchema, of type: TypeSchema, _ context: WriteContext) throws {
         var keys: [[UInt8]] = []
-        var last: [UInt8]?
-        try txn.scan(dbs.index, prefix: StoreKeys.indexPrefix(type.tag, index.tag)) { key, _ in
-            if key != last { keys.append(key); last = key }
+        try txn.forEachKeyWithCount(dbs.index, prefix: StoreKeys.indexPrefix(type.tag, index.tag)) { key, _ in
+            keys.append(key)
             return true
         }
         for key in keys { try txn.delete(dbs.index, key: key) }

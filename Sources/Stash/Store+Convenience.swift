@@ -71,7 +71,7 @@ extension Store {
     /// The number of records of `type` in `index`'s store, O(1) (see ``count(_:)``), for use next
     /// to index counts without a type lookup.
     public func count<R: Record, V: IndexableValue>(all index: IndexHandle<R, V>) throws -> Int {
-        try read { snapshot in try snapshot.reader.storedCount(index.typeTag) }
+        try read { try $0.count(all: index) }
     }
 }
 

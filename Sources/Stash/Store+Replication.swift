@@ -81,20 +81,37 @@ extension StoreReading {
 
     /// History entries after `token` as seen by this transaction (see ``Store/history(after:types:limit:)``).
     public func history(after token: HistoryToken, limit: Int? = nil) throws -> [HistoryEntry] {
+        try historyPage(after: token, types: nil, limit: limit).entries
+    }
+
+    /// Entries after `token` in commit order (only changes of `types` when given), and the
+    /// newest sequence looked at, past entries the filter left out.
+    /// - Throws: `.historyPurged` when entries after `token` were purged.
+    func historyPage(after token: HistoryToken, types: Set<String>?, limit: Int?) throws -> (entries: [HistoryEntry], scannedThrough: HistoryToken) {
         let bounds = try historyBounds()
         if token < bounds.purgedThrough {
-            throw StoreError(.historyPurged, "store \(reader.path): history after \(token) is gone (purged through \(bounds.purgedThrough))")
+            throw StoreError(.historyPurged, "store \(reader.path): history after \(token) is gone (purged through \(bounds.purgedThrough)); resynchronize from a full copy, then follow from \(bounds.current)")
         }
+        let catalog = try reader.store.reloadCatalog(reader.txn)
         var entries: [HistoryEntry] = []
+        var scanned = token
         var start = KeyBytes()
         start.appendBigEndian(token.sequence &+ 1)
-        let catalog = reader.catalog
         try reader.txn.scan(reader.dbs.history, from: .atOrAfter(start)) { key, value in
             guard key.count == 8 else { return true }
-            entries.append(try HistoryEntry.decode(sequence: key.reduce(UInt64(0)) { $0 << 8 | UInt64($1) }, value, catalog: catalog))
+            let sequence = key.reduce(UInt64(0)) { $0 << 8 | UInt64($1) }
+            scanned = HistoryToken(sequence: sequence)
+            var entry = try HistoryEntry.decode(sequence: sequence, value, catalog: catalog)
+            if let types {
+                let kept = entry.changes.filter { types.contains($0.type) }
+                if kept.isEmpty { return true }
+                entry = HistoryEntry(sequence: entry.sequence, timestamp: entry.timestamp, origin: entry.origin, author: entry.author, changes: kept)
+            }
+            entries.append(entry)
             return limit.map { entries.count < $0 } ?? true
         }
-        return entries
+        if limit.map({ entries.count < $0 }) ?? true { scanned = max(scanned, bounds.current) }
+        return (entries, scanned)
     }
 
     /// The store's schema as this transaction sees it.

@@ -170,7 +170,7 @@ public final class Store: Sendable {
 
     /// Re-reads the schema from the store (after another process changed it).
     func reloadCatalog<T: TransactionReading>(_ txn: T) throws -> Catalog {
-        let generation = LittleEndian.uint64(try txn.get(dbs.meta, key: MetaKey.schemaGeneration)) ?? 0
+        let generation = try txn.uint64(dbs.meta, key: MetaKey.schemaGeneration) ?? 0
         let current = catalog
         if generation == current.generation { return current }
         let schema = try SchemaMerger.loadSchema(txn, dbs, path) ?? StoreSchema()
@@ -191,10 +191,9 @@ public final class Store: Sendable {
                 var indexes: [StoreStatistics.IndexStatistics] = []
                 for index in type.indexes {
                     var entries = 0, keys = 0
-                    var last: [UInt8]? = nil
-                    try txn.scan(dbs.index, prefix: StoreKeys.indexPrefix(type.tag, index.tag)) { key, _ in
-                        entries += 1
-                        if key != last { keys += 1; last = key }
+                    try txn.forEachKeyWithCount(dbs.index, prefix: StoreKeys.indexPrefix(type.tag, index.tag)) { _, count in
+                        entries += count
+                        keys += 1
                         return true
                     }
                     indexes.append(.init(name: index.name, fields: index.fields, unique: index.unique, entries: entries, distinctKeys: keys))

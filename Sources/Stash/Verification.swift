@@ -59,7 +59,7 @@ extension Store {
                     }
                     return true
                 }
-                let stored = Int(LittleEndian.uint64(try txn.get(dbs.counts, key: StoreKeys.count(type.tag))) ?? 0)
+                let stored = Int(try txn.uint64(dbs.counts, key: StoreKeys.count(type.tag)) ?? 0)
                 if stored != actual {
                     report.problems.append("\(type.name): stored count \(stored) but \(actual) records")
                 }

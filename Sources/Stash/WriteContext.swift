@@ -46,7 +46,7 @@ final class WriteContext: FieldTagResolver {
 
     private func storedClock() throws -> UInt64 {
         if let lastClock { return lastClock }
-        let stored = LittleEndian.uint64(try txn.get(dbs.meta, key: MetaKey.clock)) ?? 0
+        let stored = try txn.uint64(dbs.meta, key: MetaKey.clock) ?? 0
         lastClock = stored
         return stored
     }
@@ -357,7 +357,7 @@ final class WriteContext: FieldTagResolver {
     func finish() throws {
         for (tag, delta) in countDeltas where delta != 0 {
             let key = StoreKeys.count(tag)
-            let stored = Int(LittleEndian.uint64(try txn.get(dbs.counts, key: key)) ?? 0)
+            let stored = Int(try txn.uint64(dbs.counts, key: key) ?? 0)
             try txn.put(dbs.counts, key: key, value: LittleEndian.bytes(UInt64(max(0, stored + delta))))
         }
         countDeltas.removeAll()
@@ -368,7 +368,7 @@ final class WriteContext: FieldTagResolver {
             try SchemaMerger.saveSchema(catalog.schema, generation: catalog.generation, txn, dbs)
         }
         if !changes.isEmpty {
-            let sequence = LittleEndian.uint64(try txn.get(dbs.meta, key: MetaKey.nextSequence)) ?? 1
+            let sequence = try txn.uint64(dbs.meta, key: MetaKey.nextSequence) ?? 1
             let entry = HistoryEntry.encode(timestamp: Date(), origin: siteID, author: author, changes: changes)
             var key = KeyBytes()
             key.appendBigEndian(sequence)
