@@ -26,15 +26,7 @@ extension Store {
     /// The number of records whose `keyPath` equals `value`; O(1) with a single-field index.
     /// For the hottest paths, resolve an ``IndexHandle`` once with ``index(_:)`` instead.
     public func count<R: Record, V: IndexableValue>(_ type: R.Type, where keyPath: KeyPath<R, V>, equals value: V) throws -> Int {
-        let current = catalog
-        if let (typeTag, indexTag, field) = resolvedIndexes.lookup(keyPath, generation: current.generation) {
-            return try count(IndexHandle<R, V>(typeTag: typeTag, indexTag: indexTag, field: field, database: dbs.index), equals: value)
-        }
-        if let handle = try? index(keyPath) {
-            resolvedIndexes.store(keyPath, generation: current.generation, typeTag: handle.typeTag, indexTag: handle.indexTag, field: handle.field)
-            return try count(handle, equals: value)
-        }
-        return try read { try $0.count(type, where: keyPath, equals: value) }
+        try read { try $0.count(type, where: keyPath, equals: value) }
     }
     /// The records matching `descriptor`.
     public func fetch<R: Record>(_ descriptor: FetchDescriptor<R>) throws -> [R] { try read { try $0.fetch(descriptor) } }
@@ -72,25 +64,6 @@ extension Store {
     /// to index counts without a type lookup.
     public func count<R: Record, V: IndexableValue>(all index: IndexHandle<R, V>) throws -> Int {
         try read { try $0.count(all: index) }
-    }
-}
-
-/// Key paths resolved to (type tag, index tag), valid for one schema generation.
-final class KeyPathIndexCache: @unchecked Sendable {
-    private let lock = NSLock()
-    private var entries: [AnyKeyPath: (generation: UInt64, typeTag: UInt16, indexTag: UInt16, field: String)] = [:]
-
-    func lookup(_ keyPath: AnyKeyPath, generation: UInt64) -> (UInt16, UInt16, String)? {
-        lock.lock()
-        defer { lock.unlock() }
-        guard let entry = entries[keyPath], entry.generation == generation else { return nil }
-        return (entry.typeTag, entry.indexTag, entry.field)
-    }
-
-    func store(_ keyPath: AnyKeyPath, generation: UInt64, typeTag: UInt16, indexTag: UInt16, field: String) {
-        lock.lock()
-        entries[keyPath] = (generation, typeTag, indexTag, field)
-        lock.unlock()
     }
 }
 

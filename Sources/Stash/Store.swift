@@ -72,8 +72,6 @@ public final class Store: Sendable {
     public let syncPreferenceAtOpen: Bool
 
     var catalog: Catalog { catalogBox.withLock { $0 } }
-    /// Key paths already resolved to a single-field index, for ``count(_:where:equals:)``.
-    let resolvedIndexes = KeyPathIndexCache()
 
     /// The stored schema as of the last transaction this process saw.
     public var schema: StoreSchema { catalog.schema }
