@@ -37,6 +37,7 @@ public final class Environment: @unchecked Sendable {
     private let databasesByName: [String: Database]
     let gate = TransactionGate()
     private let writer = WriterLock()
+    private let queue = WriteQueue()
     private let pool: ReaderPool
     private let writesSinceReaderCheck = Atomic<Int>(0)
 
@@ -172,47 +173,161 @@ public final class Environment: @unchecked Sendable {
         pool.give(handle)
     }
 
-    /// Runs `body` in the one write transaction of this process and commits when it returns;
-    /// aborts when it throws (the error is rethrown).
+    /// Runs `body` in a write transaction and commits when it returns; rolls `body`'s changes
+    /// back when it throws (the error is rethrown).
+    ///
+    /// **Group commit.** Writers on several threads are serialized, and those that arrive
+    /// while a commit is on its way to the disk are committed together by the next one: each
+    /// closure runs in its own nested transaction (in arrival order, seeing the changes of
+    /// those before it) inside one LMDB transaction, so a closure that throws rolls back only
+    /// its own changes, and one durable commit (one sync) serves them all. Every caller
+    /// returns once the commit holding its changes is durable. A lone writer runs in a plain
+    /// transaction, exactly as without grouping. The closure may therefore run on another
+    /// writer's thread while its caller waits; it must not rely on thread-local state.
     ///
     /// A map-full condition is handled here (the map grows and `body` runs again), so `body`
-    /// must only change the store. Writers from several threads are serialized; a write on a
-    /// thread already inside a write throws ``LMDBError/Code/nestedWrite``.
+    /// must only change the store. A write started inside a write closure throws
+    /// ``LMDBError/Code/nestedWrite`` instead of deadlocking.
     public func write<R>(_ body: (WriteTransaction) throws -> R) throws -> R {
-        try writer.lock(path: path)
+        try writer.refuseNested(path: path)
+        return try withoutActuallyEscaping(body) { body in
+            var result: R?
+            let request = PendingWrite { txn in result = try body(txn) }
+            queue.submit(request) { batch in commitGroup(batch) }
+            if let error = request.error { throw error }
+            guard let result else {
+                throw LMDBError(code: .panic, operation: "write", path: path, detail: "a grouped write returned no result")
+            }
+            return result
+        }
+    }
+
+    /// Writes waiting for the commit in progress to finish (they will be committed together).
+    var waitingWrites: Int { queue.waiting }
+
+    /// Commits `batch` as one LMDB transaction (the calling thread leads the group), or each
+    /// request on its own when the group as a whole cannot commit. Sets every request's outcome.
+    private func commitGroup(_ batch: [PendingWrite]) {
+        do {
+            try writer.lock(path: path)
+        } catch {
+            for request in batch { request.error = error }
+            return
+        }
         defer { writer.unlock() }
-        if writesSinceReaderCheck.add(1, ordering: .relaxed).newValue % 1024 == 0 { clearStaleReaders() }
+        if writesSinceReaderCheck.add(batch.count, ordering: .relaxed).newValue & 1023 < batch.count { clearStaleReaders() }
+        if batch.count > 1 {
+            do {
+                try commitTogether(batch)
+                return
+            } catch {
+                // The group as a whole failed (a nested commit or the shared commit): nothing
+                // of it is on disk. Each request runs again in its own transaction below, and
+                // gets its own outcome.
+            }
+        }
+        for request in batch {
+            do {
+                try commitAlone(request)
+                request.error = nil
+            } catch {
+                request.error = error
+            }
+        }
+    }
+
+    /// Runs one request in its own transaction; a map-full condition grows the map and reruns it.
+    private func commitAlone(_ request: PendingWrite) throws {
         while true {
             let handle = TransactionHandle()
             try beginWrite(handle)
-            let result: R
             do {
-                result = try body(WriteTransaction(handle: handle, path: path))
+                try request.body(WriteTransaction(handle: handle, path: path))
                 if handle.sawMapFull { throw LMDBError(code: .mapFull, operation: "write", path: path) }
-                handle.closeCursors()
-                let rc = mdb_txn_commit(handle.txn)
-                handle.txn = nil
-                gate.leave()
-                if rc == MDB_MAP_FULL {
-                    try growMap()
-                    continue
-                }
-                try check(rc, "mdb_txn_commit", path)
-                return result
+                if try commit(handle) { return }
             } catch {
-                if let txn = handle.txn {
-                    handle.closeCursors()
-                    mdb_txn_abort(txn)
-                    handle.txn = nil
-                    gate.leave()
-                }
+                abort(handle)
                 if handle.sawMapFull || (error as? LMDBError)?.code == .mapFull {
                     try growMap()
                     continue
                 }
                 throw error
             }
+            try growMap()   // the commit itself reported MDB_MAP_FULL
         }
+    }
+
+    /// Runs every request of `batch` in a nested transaction of one shared transaction and
+    /// commits that once. A request that throws keeps its error and leaves no change behind.
+    /// Throws when the group itself fails (nothing is committed then); a map-full condition
+    /// grows the map and runs the whole group again.
+    private func commitTogether(_ batch: [PendingWrite]) throws {
+        while true {
+            let parent = TransactionHandle()
+            try beginWrite(parent)
+            var mapFull = false
+            do {
+                for request in batch {
+                    var child: OpaquePointer?
+                    try check(mdb_txn_begin(env, parent.txn, 0, &child), "mdb_txn_begin (nested)", path)
+                    let handle = TransactionHandle()
+                    handle.txn = child
+                    do {
+                        try request.body(WriteTransaction(handle: handle, path: path))
+                        request.error = nil
+                    } catch {
+                        request.error = error
+                    }
+                    handle.closeCursors()
+                    if handle.sawMapFull || (request.error as? LMDBError)?.code == .mapFull {
+                        mdb_txn_abort(child)
+                        mapFull = true
+                        break
+                    }
+                    if let error = request.error as? LMDBError, error.code == .transactionFull {
+                        // Too many dirty pages for the group: each request runs alone instead.
+                        mdb_txn_abort(child)
+                        throw error
+                    }
+                    if request.error != nil {
+                        mdb_txn_abort(child)
+                    } else {
+                        let rc = mdb_txn_commit(child)
+                        if rc == MDB_MAP_FULL { mapFull = true; break }
+                        try check(rc, "mdb_txn_commit (nested)", path)
+                    }
+                }
+                if !mapFull {
+                    if try commit(parent) { return }
+                    mapFull = true
+                }
+            } catch {
+                abort(parent)
+                throw error
+            }
+            abort(parent)
+            if mapFull { try growMap() }
+        }
+    }
+
+    /// Commits a top-level write transaction. Returns false when LMDB reported MDB_MAP_FULL.
+    private func commit(_ handle: TransactionHandle) throws(LMDBError) -> Bool {
+        handle.closeCursors()
+        let rc = mdb_txn_commit(handle.txn)
+        handle.txn = nil
+        gate.leave()
+        if rc == MDB_MAP_FULL { return false }
+        try check(rc, "mdb_txn_commit", path)
+        return true
+    }
+
+    /// Aborts a top-level write transaction if it is still open.
+    private func abort(_ handle: TransactionHandle) {
+        guard let txn = handle.txn else { return }
+        handle.closeCursors()
+        mdb_txn_abort(txn)
+        handle.txn = nil
+        gate.leave()
     }
 
     private func beginWrite(_ handle: TransactionHandle) throws(LMDBError) {
@@ -366,13 +481,17 @@ final class WriterLock: @unchecked Sendable {
     private let owner = Atomic<UInt>(0)
 
     func lock(path: String) throws(LMDBError) {
-        let me = currentThreadID()
-        if owner.load(ordering: .acquiring) == me {
+        try refuseNested(path: path)
+        mutex.lock()
+        owner.store(currentThreadID(), ordering: .releasing)
+    }
+
+    /// Throws ``LMDBError/Code/nestedWrite`` when the calling thread is running a write.
+    func refuseNested(path: String) throws(LMDBError) {
+        if owner.load(ordering: .acquiring) == currentThreadID() {
             throw LMDBError(code: .nestedWrite, operation: "write", path: path,
                             detail: "a write closure started another write on the same thread; do all the work in one write")
         }
-        mutex.lock()
-        owner.store(me, ordering: .releasing)
     }
 
     func unlock() {

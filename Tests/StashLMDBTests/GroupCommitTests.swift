@@ -1,0 +1,144 @@
+import Foundation
+@testable import StashLMDB
+import StashTestSupport
+import Synchronization
+import Testing
+
+/// Group commit: writers that wait while a commit is in progress are committed together,
+/// each in its own nested transaction of one LMDB transaction.
+@Suite struct GroupCommitTests {
+    /// Holds the write lock with a closure that waits for `release`, queues `writers` more
+    /// writes from other threads behind it, then lets them all go. Returns the environment's
+    /// last transaction id before and after, and each queued writer's error (nil: committed).
+    private func runQueuedBehindAHeldWrite(
+        _ env: Environment, writers: Int,
+        _ body: @escaping @Sendable (Int, WriteTransaction) throws -> Void
+    ) throws -> (before: Int, after: Int, errors: [String?]) {
+        let before = env.info().lastTransactionID
+        let release = DoneFlag(), entered = DoneFlag()
+        let errors = Mutex<[String?]>(Array(repeating: "not run", count: writers))
+        let holder = Thread {
+            try? env.write { txn in
+                // A change, so that this write is a commit of its own (LMDB skips empty ones).
+                try txn.put(try env.database("main"), key: b("held"), value: b("1"))
+                entered.set()
+                while !release.isSet { Thread.sleep(forTimeInterval: 0.001) }
+            }
+        }
+        holder.start()
+        while !entered.isSet { Thread.sleep(forTimeInterval: 0.001) }
+        let group = DispatchGroup()
+        for i in 0..<writers {
+            group.enter()
+            Thread {
+                do {
+                    try env.write { txn in try body(i, txn) }
+                    errors.withLock { $0[i] = nil }
+                } catch {
+                    errors.withLock { $0[i] = "\(error)" }
+                }
+                group.leave()
+            }.start()
+        }
+        let deadline = Date().addingTimeInterval(10)
+        while env.waitingWrites < writers, Date() < deadline { Thread.sleep(forTimeInterval: 0.001) }
+        #expect(env.waitingWrites == writers, "the writers did not all queue behind the held write")
+        release.set()
+        group.wait()
+        return (before, env.info().lastTransactionID, errors.withLock { $0 })
+    }
+
+    @Test func queuedWritersShareOneCommitAndSeeEachOthersChanges() throws {
+        let dir = TemporaryDirectory()
+        let env = try openEnvironment(dir.path)
+        let main = try env.database("main")
+        let outcome = try runQueuedBehindAHeldWrite(env, writers: 8) { i, txn in
+            // Read-modify-write: each nested transaction must see the ones before it.
+            let old = try txn.get(main, key: b("counter")).map { Int(String(decoding: $0, as: UTF8.self))! } ?? 0
+            try txn.put(main, key: b("counter"), value: b(String(old + 1)))
+            try txn.put(main, key: b("writer \(i)"), value: b("x"))
+        }
+        #expect(outcome.errors.allSatisfy { $0 == nil }, "\(outcome.errors)")
+        // One commit for the held write, one for the group of eight.
+        #expect(outcome.after - outcome.before == 2)
+        #expect(try env.read { try $0.get(main, key: b("counter")) } == b("8"))
+        for i in 0..<8 { #expect(try env.read { try $0.get(main, key: b("writer \(i)")) } == b("x")) }
+    }
+
+    @Test func aFailingWriterInAGroupLosesOnlyItsOwnChanges() throws {
+        let dir = TemporaryDirectory()
+        let env = try openEnvironment(dir.path)
+        let main = try env.database("main")
+        let outcome = try runQueuedBehindAHeldWrite(env, writers: 6) { i, txn in
+            try txn.put(main, key: b("writer \(i)"), value: b("x"))
+            if i % 3 == 1 { throw TestAbort() }
+        }
+        #expect(outcome.after - outcome.before == 2)
+        for i in 0..<6 {
+            let value = try env.read { try $0.get(main, key: b("writer \(i)")) }
+            if i % 3 == 1 {
+                #expect(outcome.errors[i]?.contains("TestAbort") == true, "writer \(i): \(String(describing: outcome.errors[i]))")
+                #expect(value == nil, "writer \(i) threw, yet its change was committed")
+            } else {
+                #expect(outcome.errors[i] == nil)
+                #expect(value == b("x"))
+            }
+        }
+    }
+
+    @Test func aGroupThatFillsTheMapGrowsItAndCommitsEveryone() throws {
+        let dir = TemporaryDirectory()
+        let env = try openEnvironment(dir.path, mapSize: 1 << 20)
+        let main = try env.database("main")
+        let startSize = env.info().mapSize
+        // 8 writers × 64 values of 4 KiB ≈ 2 MiB: the group cannot fit in the 1 MiB map.
+        let outcome = try runQueuedBehindAHeldWrite(env, writers: 8) { i, txn in
+            for k in 0..<64 {
+                try txn.put(main, key: b("w\(i)-\(k)"), value: Array(repeating: UInt8(i), count: 4096))
+            }
+        }
+        #expect(outcome.errors.allSatisfy { $0 == nil }, "\(outcome.errors)")
+        #expect(env.info().mapSize > startSize)
+        let count = try env.read { txn in try txn.statistics(main).entries }
+        #expect(count == 8 * 64 + 1)   // and the held write's key
+    }
+
+    @Test func aWriteInsideAGroupedWriteIsRefused() throws {
+        let dir = TemporaryDirectory()
+        let env = try openEnvironment(dir.path)
+        let main = try env.database("main")
+        let outcome = try runQueuedBehindAHeldWrite(env, writers: 3) { i, txn in
+            try txn.put(main, key: b("writer \(i)"), value: b("x"))
+            if i == 1 { try env.write { _ in } }
+        }
+        #expect(outcome.errors[0] == nil && outcome.errors[2] == nil, "\(outcome.errors)")
+        #expect(outcome.errors[1]?.contains("nested") == true, "\(String(describing: outcome.errors[1]))")
+        #expect(try env.read { try $0.get(main, key: b("writer 1")) } == nil)
+        #expect(try env.read { try $0.get(main, key: b("writer 2")) } == b("x"))
+    }
+
+    /// Many threads writing durably at once: every write lands exactly once, and the writes
+    /// needed fewer commits than there were writers' transactions.
+    @Test func concurrentDurableWritersAllLand() throws {
+        let dir = TemporaryDirectory()
+        let env = try openEnvironment(dir.path, durability: .full)
+        let main = try env.database("main")
+        let failures = Failures()
+        onThreads(8) { t in
+            for k in 0..<25 {
+                do {
+                    try env.write { txn in
+                        let old = try txn.get(main, key: b("counter")).map { Int(String(decoding: $0, as: UTF8.self))! } ?? 0
+                        try txn.put(main, key: b("counter"), value: b(String(old + 1)))
+                        try txn.put(main, key: b("t\(t)-\(k)"), value: b("x"))
+                    }
+                } catch {
+                    failures.add("thread \(t) write \(k): \(error)")
+                }
+            }
+        }
+        #expect(failures.all.isEmpty, "\(failures.all)")
+        #expect(try env.read { try $0.get(main, key: b("counter")) } == b("200"))
+        #expect(try env.read { txn in try txn.statistics(main).entries } == 201)
+    }
+}
