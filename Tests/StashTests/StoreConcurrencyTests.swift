@@ -127,3 +127,49 @@ import StashTestSupport
         #expect(try store.fetch(FetchDescriptor<Home>()).map(\.name) == ["outer"])
     }
 }
+
+/// Durable writes from many threads at once go through group commit (several writers'
+/// transactions in one LMDB commit): each must still be one history entry of its own, a
+/// writer that fails must leave nothing behind, and the store must verify clean.
+@Suite struct GroupCommitStoreTests {
+    @Test func concurrentDurableWritersKeepHistoryCountsAndUniquenessExact() throws {
+        let dir = TemporaryDirectory()
+        var options = StoreOptions()
+        options.durability = .full
+        let store = try Store.open(at: dir.path, types: [UserProfile.self], options: options)
+        let threads = 8, writesPerThread = 20
+        let committed = Failures(), refused = Failures(), failures = Failures()
+        onThreads(threads) { t in
+            for k in 0..<writesPerThread {
+                // Threads t and t^1 race for the same email at every step: exactly one of
+                // each pair may win, whichever order the group puts them in.
+                let email = "user-\(t / 2)-\(k)@example.com"
+                do {
+                    try store.write(author: "thread \(t)") { tx in
+                        try tx.insert(UserProfile(email: email, displayName: "t\(t) k\(k)"))
+                    }
+                    committed.add(email)
+                } catch let error as StoreError where error.code == .uniqueViolation {
+                    refused.add(email)
+                } catch {
+                    failures.add("thread \(t) write \(k): \(error)")
+                }
+            }
+        }
+        #expect(failures.all.isEmpty, "\(failures.all)")
+        let pairs = threads / 2 * writesPerThread
+        #expect(committed.all.count == pairs, "one winner per raced email")
+        #expect(Set(committed.all).count == pairs)
+        #expect(refused.all.count == pairs)
+        #expect(try store.count(UserProfile.self) == pairs)
+
+        // One history entry per committed write, with consecutive sequence numbers: a
+        // refused writer's transaction left no sequence number behind.
+        let entries = try store.history()
+        #expect(entries.count == pairs)
+        #expect(entries.map(\.sequence) == Array(1...UInt64(pairs)))
+        #expect(entries.allSatisfy { $0.changes.count == 1 && $0.author?.hasPrefix("thread ") == true })
+        let report = try store.verify()
+        #expect(report.isClean, "\(report)")
+    }
+}
