@@ -3,7 +3,9 @@ import Foundation
 /// Gives the tag of a field while encoding, adding the field to the schema when it is new
 /// (and checking that its kind did not change).
 protocol FieldTagResolver: AnyObject {
-    func tag(for name: String, kind: FieldKind?) throws -> UInt16
+    /// `hint` is where the field after the previous one would be (see
+    /// ``TypeLayout/slot(of:hint:)``); the result's `slot` is where this one was.
+    func tag(for name: String, kind: FieldKind?, hint: Int) throws -> (tag: UInt16, slot: Int)
 }
 
 /// Encodes a record's top-level fields straight into the stored layout (``RecordFormat``);
@@ -14,6 +16,8 @@ final class RecordEncoder: Encoder {
     var userInfo: [CodingUserInfoKey: Any] { [:] }
     var writer = ByteWriter(capacity: 256)
     var fieldCount = 0
+    /// The schema slot after the previous field (a hint for the resolver).
+    var cursor = 0
     var pending: [(String, EncodingNode)] = []
     let resolver: any FieldTagResolver
     var failure: (any Error)?
@@ -53,7 +57,8 @@ final class RecordEncoder: Encoder {
 
     @inline(__always)
     func field(_ name: String, _ kind: FieldKind?, _ write: (inout ByteWriter) -> Void) throws {
-        let tag = try resolver.tag(for: name, kind: kind)
+        let (tag, slot) = try resolver.tag(for: name, kind: kind, hint: cursor)
+        cursor = slot + 1
         writer.varint(UInt64(tag))
         write(&writer)
         fieldCount += 1
@@ -142,6 +147,12 @@ final class TypeLayout: Sendable {
     let schema: TypeSchema
     let tagsByName: [String: UInt16]
     let defaults: [String: FieldValue]
+    /// The fields in schema order (the order they were learned: for a Codable type, the order
+    /// its `encode(to:)` and `init(from:)` visit them), for ``slot(of:hint:)``.
+    let names: [String]
+    let tags: [UInt16]
+    let kinds: [FieldKind?]
+    private let slotsByName: [String: Int]
 
     init(_ schema: TypeSchema) {
         self.schema = schema
@@ -149,15 +160,39 @@ final class TypeLayout: Sendable {
         for field in schema.fields { if let value = field.defaultValue { defaults[field.name] = value } }
         self.defaults = defaults
         tagsByName = Dictionary(schema.fields.map { ($0.name, $0.tag) }, uniquingKeysWith: { a, _ in a })
+        names = schema.fields.map(\.name)
+        tags = schema.fields.map(\.tag)
+        kinds = schema.fields.map(\.kind)
+        slotsByName = Dictionary(schema.fields.indices.map { (schema.fields[$0].name, $0) }, uniquingKeysWith: { a, _ in a })
+    }
+
+    /// The position of field `name` in ``names``, or nil for a field the schema lacks.
+    ///
+    /// Coders visit a type's fields in the same order every time, so a caller passes the
+    /// position after the previous field as `hint`; when it matches (almost always), no
+    /// string is hashed, only compared. O(1).
+    @inline(__always)
+    func slot(of name: String, hint: Int) -> Int? {
+        if hint < names.count, names[hint] == name { return hint }
+        return slotsByName[name]
     }
 }
 
 /// Decodes a typed record from its stored bytes: top-level primitives straight from the bytes,
 /// nested values through ``TreeDecoder``, `id` from the key.
-struct RecordDecoder: Decoder {
+final class RecordDecoder: Decoder {
     let record: EncodedRecord
     let id: RecordID
     let layout: TypeLayout
+    /// The slot after the last field looked up (see ``TypeLayout/slot(of:hint:)``). A class,
+    /// not a struct, for this: as a `Decoder` existential the struct was boxed on the heap anyway.
+    var cursor = 0
+
+    init(record: EncodedRecord, id: RecordID, layout: TypeLayout) {
+        self.record = record
+        self.id = id
+        self.layout = layout
+    }
     var codingPath: [any CodingKey] { [] }
     var userInfo: [CodingUserInfoKey: Any] { [:] }
 
@@ -187,8 +222,9 @@ struct RecordKeyedDecoder<Key: CodingKey>: KeyedDecodingContainerProtocol {
     }
 
     private func range(_ key: Key) -> Range<Int>? {
-        guard let tag = decoder.layout.tagsByName[key.stringValue] else { return nil }
-        return decoder.record.range(of: tag)
+        guard let slot = decoder.layout.slot(of: key.stringValue, hint: decoder.cursor) else { return nil }
+        decoder.cursor = slot + 1
+        return decoder.record.range(of: decoder.layout.tags[slot], hint: slot)
     }
 
     func contains(_ key: Key) -> Bool {

@@ -279,6 +279,14 @@ struct EncodedRecord {
         return nil
     }
 
+    /// ``range(of:)``, looking at position `hint` first (records written by one Codable type
+    /// hold their fields in the order of its schema).
+    @inline(__always)
+    func range(of tag: UInt16, hint: Int) -> Range<Int>? {
+        if hint < fields.count, fields[hint].tag == tag { return fields[hint].range }
+        return range(of: tag)
+    }
+
     func value(of tag: UInt16) throws -> FieldValue? {
         guard let range = range(of: tag) else { return nil }
         var reader = ByteReader(bytes, range: range)

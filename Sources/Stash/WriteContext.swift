@@ -19,6 +19,7 @@ final class WriteContext: FieldTagResolver {
     private(set) var catalog: Catalog
     private var schemaChanged = false
     private var encodingType = ""
+    private var encodingLayout: TypeLayout?
     private var countDeltas: [UInt16: Int] = [:]
     private var changes: [HistoryChange.Stored] = []
     let now: @Sendable () -> Date
@@ -93,50 +94,62 @@ final class WriteContext: FieldTagResolver {
         if schema != catalog.schema {
             catalog = Catalog(schema: schema, generation: catalog.generation + 1)
             schemaChanged = true
+            encodingLayout = nil
         }
     }
 
-    func tag(for name: String, kind: FieldKind?) throws -> UInt16 {
-        let layout = try self.layout(encodingType)
-        if let tag = layout.tagsByName[name] {
-            if let kind, let field = layout.schema.field(tagged: tag) {
-                if field.kind == nil {
+    func tag(for name: String, kind: FieldKind?, hint: Int) throws -> (tag: UInt16, slot: Int) {
+        let layout = try currentEncodingLayout()
+        if let slot = layout.slot(of: name, hint: hint) {
+            let tag = layout.tags[slot]
+            if let kind, layout.kinds[slot] != kind {
+                guard let stored = layout.kinds[slot] else {
                     let type = encodingType
                     updateSchema { schema in
                         let t = schema.types.firstIndex { $0.name == type }!
                         let f = schema.types[t].fields.firstIndex { $0.tag == tag }!
                         schema.types[t].fields[f].kind = kind
                     }
-                } else if field.kind != kind {
-                    throw StoreError(.incompatibleSchema, "store \(path): \(encodingType).\(name) is stored as \(field.kind!.rawValue), got \(kind.rawValue); change a field's kind with a Migration")
+                    return (tag, slot)
                 }
+                throw StoreError(.incompatibleSchema, "store \(path): \(encodingType).\(name) is stored as \(stored.rawValue), got \(kind.rawValue); change a field's kind with a Migration")
             }
-            return tag
+            return (tag, slot)
         }
         let type = encodingType
-        var newTag: UInt16 = 0
+        var newTag: UInt16 = 0, newSlot = 0
         updateSchema { schema in
             let t = schema.types.firstIndex { $0.name == type }!
             newTag = schema.types[t].nextFieldTag
+            newSlot = schema.types[t].fields.count
             schema.types[t].fields.append(FieldSchema(name: name, tag: newTag, kind: kind, optional: true))
         }
-        return newTag
+        return (newTag, newSlot)
+    }
+
+    /// The layout of the type being encoded, looked up once per record (and again after the
+    /// schema grew), not once per field.
+    private func currentEncodingLayout() throws -> TypeLayout {
+        if let encodingLayout { return encodingLayout }
+        let layout = try self.layout(encodingType)
+        encodingLayout = layout
+        return layout
     }
 
     // MARK: Encoding
 
     func encode<R: Record>(_ record: R) throws -> (TypeLayout, [UInt8]) {
         encodingType = R.recordType
-        _ = try layout(encodingType)
+        encodingLayout = nil
         let bytes = try RecordEncoder.encode(record, resolver: self)
-        return (try layout(encodingType), bytes)
+        return (try currentEncodingLayout(), bytes)
     }
 
     func encode(_ record: GenericRecord) throws -> (TypeLayout, [UInt8]) {
         encodingType = record.type
-        _ = try layout(encodingType)
+        encodingLayout = nil
         let bytes = try RecordEncoder.encode(fields: record.fields, resolver: self)
-        return (try layout(encodingType), bytes)
+        return (try currentEncodingLayout(), bytes)
     }
 
     // MARK: Record writes
@@ -271,10 +284,11 @@ final class WriteContext: FieldTagResolver {
 
     private func write(_ state: RecordState, _ layout: TypeLayout, origin: RecordID) throws -> Bool {
         encodingType = layout.schema.name
+        encodingLayout = nil
         var fieldVersions: [UInt16: Version] = [:]
         var values: [String: FieldValue] = [:]
         for (name, field) in state.fields {
-            let tag = try tag(for: name, kind: field.value.kind)
+            let tag = try tag(for: name, kind: field.value.kind, hint: 0).tag
             fieldVersions[tag] = field.version
             values[name] = field.value
         }
