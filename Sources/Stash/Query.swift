@@ -205,12 +205,20 @@ enum QueryPlanner {
 // the expression types; anything it does not recognize stays in the filter.
 protocol PlannerConjunction { var plannerOperands: (Any, Any) { get } }
 protocol PlannerEqual { var plannerOperands: (Any, Any) { get } }
+/// ``PlannerEqual`` reached through the metatype (see ``PredicateAnalyzer/soleEquality(of:)``).
+protocol PlannerEqualType { static func plannerOperands<V>(of value: V) -> (Any, Any) }
 protocol PlannerComparison { var plannerOperands: (Any, Any) { get }; var plannerOperator: QueryCondition.Operator { get } }
 protocol PlannerKeyPath { var plannerRoot: Any { get }; var plannerKeyPath: AnyKeyPath { get } }
 protocol PlannerVariable {}
 
 extension PredicateExpressions.Conjunction: PlannerConjunction { var plannerOperands: (Any, Any) { (lhs, rhs) } }
 extension PredicateExpressions.Equal: PlannerEqual { var plannerOperands: (Any, Any) { (lhs, rhs) } }
+extension PredicateExpressions.Equal: PlannerEqualType {
+    static func plannerOperands<V>(of value: V) -> (Any, Any) {
+        let equal = value as! Self   // V is Self: the caller found Self through V's metatype
+        return (equal.lhs, equal.rhs)
+    }
+}
 extension PredicateExpressions.Comparison: PlannerComparison {
     var plannerOperands: (Any, Any) { (lhs, rhs) }
     var plannerOperator: QueryCondition.Operator {
@@ -252,6 +260,20 @@ enum PredicateAnalyzer {
         return (conditions, residual)
     }
 
+    /// The condition when the whole predicate is one `field == constant` (the commonest
+    /// query), read without building the general analysis. nil for any other shape.
+    ///
+    /// Casts the expression's *type*, not its value: casting a value of more than three words
+    /// (an `Equal` of a key path and a captured id is four) to an existential boxes it on the
+    /// heap, and this path must not allocate.
+    static func soleEquality<R>(of predicate: Predicate<R>) -> QueryCondition? {
+        func read<E: PredicateExpression>(_ expression: E) -> QueryCondition? {
+            guard let equal = E.self as? any PlannerEqualType.Type else { return nil }
+            return condition(equal.plannerOperands(of: expression), .equal)
+        }
+        return read(predicate.expression)
+    }
+
     private static func condition(_ operands: (Any, Any), _ op: QueryCondition.Operator) -> QueryCondition? {
         if let field = fieldName(operands.0), let value = constant(operands.1) {
             return QueryCondition(field: field, op: op, value: value)
@@ -266,7 +288,7 @@ enum PredicateAnalyzer {
     private static func fieldName(_ operand: Any) -> String? {
         guard let kp = operand as? PlannerKeyPath, kp.plannerRoot is PlannerVariable else { return nil }
         let name = Stash.fieldName(of: kp.plannerKeyPath)
-        return name.contains(".") ? nil : name
+        return name.utf8.contains(UInt8(ascii: ".")) ? nil : name
     }
 
     /// An operand that does not involve the record, evaluated now.
