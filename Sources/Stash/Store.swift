@@ -143,6 +143,11 @@ public final class Store: Sendable {
     /// it produces commit together when `body` returns, or not at all when it throws.
     ///
     /// `body` may run more than once (when the map grows), so it must only change the store.
+    /// Writes from several threads are serialized, and those that queue behind a commit are
+    /// committed together (group commit): `body` then runs in a nested transaction, possibly
+    /// on another writer's thread, sees the writes committed before it in the group, and
+    /// rolls back alone when it throws. The call returns once its changes are durable (at the
+    /// store's ``Durability``).
     /// - Parameter author: recorded in the history entry (like Core Data's transaction author).
     public func write<R>(author: String? = nil, _ body: (StoreTransaction) throws -> R) throws -> R {
         var changedCatalog: Catalog?
