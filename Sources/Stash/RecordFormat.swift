@@ -36,6 +36,11 @@ struct ByteWriter {
         bytes.append(UInt8(v))
     }
 
+    /// 8 bytes, most significant first.
+    mutating func bigEndian(_ value: UInt64) {
+        for shift in stride(from: 56, through: 0, by: -8) { bytes.append(UInt8(truncatingIfNeeded: value >> UInt64(shift))) }
+    }
+
     mutating func int(_ value: Int64) {
         bytes.append(RecordFormat.Kind.int.rawValue)
         varint(UInt64(bitPattern: (value << 1) ^ (value >> 63)))

@@ -183,27 +183,27 @@ struct RecordVersions: Equatable {
         if incarnation != nil { flags |= 1 }
         if tombstone != nil { flags |= 2 }
         w.bytes.append(flags)
+        // Distinct versions in first-use order: incarnation, tombstone, then fields by tag.
+        let tags = fields.keys.sorted()
         var table: [Version] = []
-        func index(_ v: Version) -> Int {
-            if let i = table.firstIndex(of: v) { return i }
-            table.append(v)
-            return table.count - 1
-        }
-        let ordered = fields.sorted { $0.key < $1.key }
-        let incarnationIndex = incarnation.map(index)
-        let tombstoneIndex = tombstone.map(index)
-        let fieldIndexes = ordered.map { ($0.key, index($0.value)) }
+        table.reserveCapacity(2 + tags.count)
+        func index(_ v: Version) -> Int { table.firstIndex(of: v) ?? table.count }
+        func note(_ v: Version?) { if let v, index(v) == table.count { table.append(v) } }
+        note(incarnation)
+        note(tombstone)
+        for tag in tags { note(fields[tag]) }
         w.varint(UInt64(table.count))
         for v in table {
             w.varint(v.clock)
-            w.bytes.append(contentsOf: v.site.bytes)
+            w.bigEndian(v.site.high)
+            w.bigEndian(v.site.low)
         }
-        if let incarnationIndex { w.varint(UInt64(incarnationIndex)) }
-        if let tombstoneIndex { w.varint(UInt64(tombstoneIndex)) }
-        w.varint(UInt64(fieldIndexes.count))
-        for (tag, i) in fieldIndexes {
+        if let incarnation { w.varint(UInt64(index(incarnation))) }
+        if let tombstone { w.varint(UInt64(index(tombstone))) }
+        w.varint(UInt64(tags.count))
+        for tag in tags {
             w.varint(UInt64(tag))
-            w.varint(UInt64(i))
+            w.varint(UInt64(index(fields[tag]!)))
         }
         return w.bytes
     }
