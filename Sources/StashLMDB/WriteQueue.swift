@@ -35,6 +35,8 @@ final class WriteQueue: @unchecked Sendable {
     private let condition = NSCondition()
     private var pending: [PendingWrite] = []
     private var leading = false
+    /// Size of the last group: how many writers are active right now.
+    private var lastGroup = 1
 
     /// Writes queued and not yet taken by a leader (for tests and diagnostics).
     var waiting: Int {
@@ -55,8 +57,10 @@ final class WriteQueue: @unchecked Sendable {
         }
         // No commit in progress and this request still queued: lead a group.
         leading = true
+        gatherWriters()
         let batch = pending
         pending.removeAll(keepingCapacity: true)
+        lastGroup = batch.count
         condition.unlock()
 
         lead(batch)
@@ -66,5 +70,19 @@ final class WriteQueue: @unchecked Sendable {
         leading = false
         condition.broadcast()
         condition.unlock()
+    }
+
+    /// When the last group had several writers, they were just woken by its end and are about
+    /// to queue their next writes: give them a moment (at most ~100 µs, yielding the CPU)
+    /// before taking the batch, so the group is not just this writer while they are on their
+    /// way. A lone writer never waits. Called and returns with the lock held.
+    private func gatherWriters() {
+        guard lastGroup > 1, pending.count < lastGroup else { return }
+        let deadline = DispatchTime.now().uptimeNanoseconds + 100_000
+        while pending.count < lastGroup, DispatchTime.now().uptimeNanoseconds < deadline {
+            condition.unlock()
+            sched_yield()
+            condition.lock()
+        }
     }
 }
