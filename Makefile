@@ -61,10 +61,10 @@ bench: deps-bench
 
 # Builds the suite and runs every benchmark once on a tiny store (N = 1,000, a few
 # iterations each), so that CI notices when the benchmarks stop building or running, or
-# when the indexed count through a handle starts to allocate.
+# when the indexed count through a handle or the gate check starts to allocate.
 bench-smoke: deps-bench
 	$(call bench-run,$(BENCH_RESULTS)-smoke,STASH_BENCH_SMOKE=1)
-	@# Malloc counts are deterministic: the count through an index handle must stay at 0.
+	@# Malloc counts are deterministic: the count through an index handle and the gate check must stay at 0.
 	cd Benchmarks && .build/release/BenchReport $(BENCH_RESULTS)-smoke/Current_run.jmh.json --check-allocations >/dev/null
 	@echo "bench-smoke: ok (Benchmarks/$(BENCH_RESULTS)-smoke/report.md)"
 

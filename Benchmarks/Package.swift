@@ -17,6 +17,8 @@ let package = Package(
             dependencies: [
                 .product(name: "Stash", package: "Stash"),
                 .product(name: "StashLMDB", package: "Stash"),
+                .product(name: "StashGate", package: "Stash"),
+                .product(name: "StashSync", package: "Stash"),
                 .product(name: "Benchmark", package: "benchmark"),
                 .product(name: "GRDB", package: "GRDB.swift"),
             ],

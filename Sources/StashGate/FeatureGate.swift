@@ -40,6 +40,12 @@ public final class FeatureGate: Sendable {
     private let policyAtOpen = Mutex(SyncPolicy(isPremium: false, preference: false, reason: .default))
 
     let rules: [LimitRule]
+    /// The counts of every rule at one committed state (see ``CountsCache``).
+    let countsCache: Mutex<CountsCache>
+    /// Set once a per-parent limit had to walk its index in a read snapshot (its type holds
+    /// more records than the limit): from then on, checks in read snapshots read the history
+    /// sequence first and take the counts of a state already seen from ``countsCache``.
+    let readsSequenceFirst = Atomic(false)
     let maxOfflineAge: Int64
     let trialLength: Int64?
     /// What every check reads: plain values, so reading them neither allocates nor retains.
@@ -58,6 +64,33 @@ public final class FeatureGate: Sendable {
         var serverTime = Int64.min
         var origin = EvaluationReason.default
         var firstLaunch = Int64.min
+    }
+
+    /// What decides whether one rule is over its limit.
+    struct RuleCounts: Sendable {
+        var known = false
+        /// Records of the rule's type.
+        var total = 0
+        /// For a per-parent rule whose total exceeds its maximum: the largest group (nil
+        /// otherwise: no group is larger than the whole type).
+        var largest: Int?
+    }
+
+    /// The counts of the rules at one history sequence.
+    ///
+    /// Walking a per-parent index for the largest group is O(distinct parents): 10,000 homes
+    /// cost milliseconds, and a store needs the walk as soon as it holds more items than one
+    /// home may (two full homes). Records change only in write transactions, and each one
+    /// that changes a record commits a new history entry (schema changes at open, such as an
+    /// index rebuild, change no count), so the sequence a read snapshot sees names its counts
+    /// exactly: the walk runs once per committed state, and later snapshots of that state
+    /// read two metadata values instead of the totals and the walk. A write transaction may
+    /// hold changes that no sequence names yet: it neither uses nor fills the cache.
+    struct CountsCache: Sendable {
+        /// The state the known entries belong to (nil: none yet).
+        var sequence: UInt64?
+        /// Per rule, in the order of ``FeatureGate/rules``.
+        var rules: [RuleCounts]
     }
 
     struct CacheState: Sendable {
@@ -91,6 +124,7 @@ public final class FeatureGate: Sendable {
         self.store = store
         self.configuration = configuration
         rules = try configuration.limits.map { try $0.resolved(in: store) }
+        countsCache = Mutex(CountsCache(sequence: nil, rules: [RuleCounts](repeating: RuleCounts(), count: rules.count)))
         clockGuard = ClockGuard(wall: configuration.clock ?? store.clock)
         maxOfflineAge = Int64((configuration.maxOfflineAge * 1000).rounded())
         trialLength = configuration.trialLength.map { Int64(($0 * 1000).rounded()) }
@@ -428,16 +462,18 @@ public final class FeatureGate: Sendable {
     }
 
     /// The downgrade-safe limit rule: over any free limit ⇒ no creation at all; otherwise the
-    /// limit of the created type (and parent). Each count is read once.
+    /// limit of the created type (and parent). Each count is read once; in a read snapshot
+    /// of a state already counted, the totals and largest groups come from ``countsCache``.
     private func decideCreation<S: StoreReading>(_ action: GateAction, _ access: Access, _ reading: S) throws -> GateDecision {
+        let isSnapshot = S.self == StoreSnapshot.self
+        var sequence = isSnapshot && readsSequenceFirst.load(ordering: .relaxed) ? try reading.historyBounds().current.sequence : nil
         var reached: DenialReason?
-        for rule in rules {
-            let total = try rule.counter.total(reading)
+        for (position, rule) in rules.enumerated() {
+            let counts = try counts(position, rule, reading, isSnapshot: isSnapshot, sequence: &sequence)
             if rule.parentField == nil {
-                if total > rule.maximum { return .deny(.overLimit, access) }
-                if reached == nil, total >= rule.maximum, rule.matches(action) { reached = rule.denial }
-            } else if total > rule.maximum, try rule.counter.largestGroup(reading) > rule.maximum {
-                // No group is larger than the whole type, so the walk runs only when needed.
+                if counts.total > rule.maximum { return .deny(.overLimit, access) }
+                if reached == nil, counts.total >= rule.maximum, rule.matches(action) { reached = rule.denial }
+            } else if let largest = counts.largest, largest > rule.maximum {
                 return .deny(.overLimit, access)
             }
         }
@@ -448,6 +484,39 @@ public final class FeatureGate: Sendable {
             }
         }
         return .allow(access)
+    }
+
+    /// The counts of `rule` (at `position` in ``rules``) in `reading`: from ``countsCache``
+    /// when `sequence` names a state already counted, otherwise counted and, in a read
+    /// snapshot, kept for its sequence. The first walk in a snapshot reads the sequence (and
+    /// turns on ``readsSequenceFirst``) so that it is kept. No allocation.
+    private func counts<S: StoreReading>(_ position: Int, _ rule: LimitRule, _ reading: S, isSnapshot: Bool,
+                                         sequence: inout UInt64?) throws -> RuleCounts {
+        if let sequence, let cached = countsCache.withLock({ cache in
+            cache.sequence == sequence && cache.rules[position].known ? cache.rules[position] : nil
+        }) {
+            return cached
+        }
+        var counts = RuleCounts(known: true, total: try rule.counter.total(reading), largest: nil)
+        if rule.parentField != nil, counts.total > rule.maximum {
+            counts.largest = try rule.counter.largestGroup(reading)
+            if isSnapshot, sequence == nil {
+                readsSequenceFirst.store(true, ordering: .relaxed)
+                sequence = try reading.historyBounds().current.sequence
+            }
+        }
+        if let sequence {
+            countsCache.withLock { cache in
+                if cache.sequence != sequence {
+                    // Keep the newest state when snapshots of different ages race.
+                    if let current = cache.sequence, current > sequence { return }
+                    cache.sequence = sequence
+                    for other in cache.rules.indices { cache.rules[other].known = false }
+                }
+                cache.rules[position] = counts
+            }
+        }
+        return counts
     }
 
     func describe(_ action: GateAction) -> String {

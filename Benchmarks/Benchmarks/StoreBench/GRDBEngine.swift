@@ -115,6 +115,10 @@ final class GRDBEngine: Engine {
         }
     }
 
+    func itemCount() throws -> Int {
+        try pool.read { db in try Item.fetchCount(db) }
+    }
+
     /// `UPDATE item SET wearCount = wearCount + 1 WHERE id = ?`: GRDB's cheapest way, with no
     /// read and no decode (Stash reads, decodes, changes and re-encodes the record).
     func incrementWearCount(_ id: RecordID) throws {
@@ -124,10 +128,70 @@ final class GRDBEngine: Engine {
     }
 
     func flush() throws {
-        try pool.writeWithoutTransaction { db in try db.checkpoint(.truncate) }
+        _ = try pool.writeWithoutTransaction { db in try db.checkpoint(.truncate) }
     }
 
     func files() -> [URL] {
         [file, URL(fileURLWithPath: file.path + "-wal"), URL(fileURLWithPath: file.path + "-shm")]
+    }
+}
+
+/// The gate check on GRDB, in one read transaction (`DatabasePool.read`): the `entitlement`
+/// row `pro` (end of access in ms) compared with the wall clock, then `SELECT COUNT(*)` of the
+/// homes (SQLite has no stored row count: it walks the table's b-tree) and of the home's items
+/// (through the homeID index). Through the query interface, or with cached prepared statements.
+final class GRDBGateEngine: GateEngine {
+    static let name = GRDBEngine.name
+    let engine: GRDBEngine
+    let limits: GateLimits
+
+    static func prepareGate(directory: URL, limits: GateLimits) throws {
+        let engine = try GRDBEngine(directory: directory, sync: .full)
+        let end = BenchEntitlement.expiresAtMilliseconds(builtAt: Date())
+        try engine.pool.write { db in
+            try db.create(table: "entitlement") { t in
+                t.primaryKey("name", .text)
+                t.column("expiresAt", .integer).notNull()
+            }
+            try db.execute(sql: "INSERT INTO entitlement (name, expiresAt) VALUES (?, ?)", arguments: [BenchEntitlement.name, end])
+        }
+        try engine.flush()
+    }
+
+    init(gateDirectory: URL, limits: GateLimits) throws {
+        engine = try GRDBEngine(directory: gateDirectory, sync: .full)
+        self.limits = limits
+    }
+
+    func checkCreateItem(in home: RecordID) throws -> GateVerdict {
+        try engine.pool.read { db in
+            let end = try Int64.fetchOne(db, Table("entitlement").select(Column("expiresAt"))
+                .filter(Column("name") == BenchEntitlement.name)) ?? Int64.min
+            if BenchEntitlement.isActive(endMilliseconds: end) { return .allowed }
+            let homes = try Home.fetchCount(db)
+            let items = try Item.filter(Column("homeID") == home.uuid).fetchCount(db)
+            return GateVerdict.decideFree(homes: homes, itemsInHome: items, limits: limits)
+        }
+    }
+
+    func checkCreateItemWithCachedSQL(in home: RecordID) throws -> GateVerdict {
+        try engine.pool.read { db in
+            let end = try Int64.fetchOne(db.cachedStatement(sql: "SELECT expiresAt FROM entitlement WHERE name = ?"),
+                                         arguments: [BenchEntitlement.name]) ?? Int64.min
+            if BenchEntitlement.isActive(endMilliseconds: end) { return .allowed }
+            let homes = try Int.fetchOne(db.cachedStatement(sql: "SELECT COUNT(*) FROM home")) ?? 0
+            let items = try Int.fetchOne(db.cachedStatement(sql: "SELECT COUNT(*) FROM item WHERE homeID = ?"),
+                                         arguments: [home.uuid]) ?? 0
+            return GateVerdict.decideFree(homes: homes, itemsInHome: items, limits: limits)
+        }
+    }
+
+    func verifyEntitlement() throws {
+        let end = try engine.pool.read { db in
+            try Int64.fetchOne(db, sql: "SELECT expiresAt FROM entitlement WHERE name = ?", arguments: [BenchEntitlement.name])
+        }
+        guard let end, end != BenchEntitlement.lifetime, !BenchEntitlement.isActive(endMilliseconds: end) else {
+            throw BenchError("gate/GRDB: expected the lapsed subscription's end in row `pro`, got \(end.map(String.init) ?? "nothing")")
+        }
     }
 }

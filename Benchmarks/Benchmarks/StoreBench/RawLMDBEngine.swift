@@ -15,18 +15,26 @@ final class RawLMDBEngine: Engine {
     let homes: StashLMDB.Database
     let items: StashLMDB.Database
     let byHome: StashLMDB.Database
+    /// `gate` (entitlement name → end of access, ms, u64 LE): in gate fixtures only.
+    let gate: StashLMDB.Database?
     let directory: URL
 
-    init(directory: URL, sync: SyncLevel) throws {
-        var config = EnvironmentConfiguration(
-            databases: [DatabaseSpec("homes"), DatabaseSpec("items"),
-                        DatabaseSpec("byHome", flags: [.duplicateSort, .duplicateFixed])],
-            durability: sync.stash)
+    convenience init(directory: URL, sync: SyncLevel) throws {
+        try self.init(directory: directory, sync: sync, gate: false)
+    }
+
+    /// `gate`: also opens (creating it) the `gate` database of a gate fixture.
+    init(directory: URL, sync: SyncLevel, gate withGate: Bool) throws {
+        var databases = [DatabaseSpec("homes"), DatabaseSpec("items"),
+                         DatabaseSpec("byHome", flags: [.duplicateSort, .duplicateFixed])]
+        if withGate { databases.append(DatabaseSpec("gate")) }
+        var config = EnvironmentConfiguration(databases: databases, durability: sync.stash)
         config.initialMapSize = 256 << 20
         env = try Environment.open(path: directory.path, configuration: config)
         homes = try env.database("homes")
         items = try env.database("items")
         byHome = try env.database("byHome")
+        gate = withGate ? try env.database("gate") : nil
         self.directory = directory
     }
 
@@ -115,6 +123,10 @@ final class RawLMDBEngine: Engine {
         try env.read { txn in try txn.duplicateCount(byHome, key: Self.key(home)) }
     }
 
+    func itemCount() throws -> Int {
+        try env.read { txn in try txn.statistics(items).entries }
+    }
+
     /// Read, change the 8 bytes of wearCount in place, write back. homeID does not change,
     /// so the index is untouched (the hand-written floor knows that; a store has to check).
     func incrementWearCount(_ id: RecordID) throws {
@@ -131,4 +143,48 @@ final class RawLMDBEngine: Engine {
     func flush() throws { try env.sync() }
 
     func files() -> [URL] { [directory.appendingPathComponent("data.mdb")] }
+}
+
+/// The gate check by hand on raw LMDB, in one read transaction: the end of access stored under
+/// `pro` in the `gate` database (read in place), compared with the wall clock; then the number
+/// of homes (`mdb_stat` entries of `homes`, O(1)) and of the home's items (`mdb_cursor_count`
+/// on `byHome`), compared with the limits.
+final class RawLMDBGateEngine: GateEngine {
+    static let name = RawLMDBEngine.name
+    static let entitlementKey = Array(BenchEntitlement.name.utf8)
+    let engine: RawLMDBEngine
+    let gate: StashLMDB.Database
+    let limits: GateLimits
+
+    static func prepareGate(directory: URL, limits: GateLimits) throws {
+        let engine = try RawLMDBEngine(directory: directory, sync: .full, gate: true)
+        let end = UInt64(bitPattern: BenchEntitlement.expiresAtMilliseconds(builtAt: Date()))
+        try engine.env.write { txn in
+            try txn.put(engine.gate!, key: entitlementKey, value: withUnsafeBytes(of: end.littleEndian) { Array($0) })
+        }
+        try engine.flush()
+    }
+
+    init(gateDirectory: URL, limits: GateLimits) throws {
+        engine = try RawLMDBEngine(directory: gateDirectory, sync: .full, gate: true)
+        gate = engine.gate!
+        self.limits = limits
+    }
+
+    func checkCreateItem(in home: RecordID) throws -> GateVerdict {
+        try engine.env.read { txn in
+            let end = try txn.uint64(gate, key: Self.entitlementKey).map { Int64(bitPattern: $0) } ?? Int64.min
+            if BenchEntitlement.isActive(endMilliseconds: end) { return .allowed }
+            let homes = try txn.statistics(engine.homes).entries
+            let items = try txn.duplicateCount(engine.byHome, key: RawLMDBEngine.key(home))
+            return GateVerdict.decideFree(homes: homes, itemsInHome: items, limits: limits)
+        }
+    }
+
+    func verifyEntitlement() throws {
+        let end = try engine.env.read { txn in try txn.uint64(gate, key: Self.entitlementKey) }.map { Int64(bitPattern: $0) }
+        guard let end, end != BenchEntitlement.lifetime, !BenchEntitlement.isActive(endMilliseconds: end) else {
+            throw BenchError("gate/LMDB: expected the lapsed subscription's end under `pro`, got \(end.map(String.init) ?? "nothing")")
+        }
+    }
 }

@@ -1,5 +1,6 @@
 import Foundation
 import Stash
+import StashGate
 
 /// Stash itself: typed records, the homeID index, counts and history, all through the
 /// public API a user would call.
@@ -46,6 +47,8 @@ final class StashEngine: Engine {
         try store.fetchCount(FetchDescriptor<Item>(predicate: #Predicate { $0.homeID == home }))
     }
 
+    func itemCount() throws -> Int { try store.count(Item.self) }
+
     func incrementWearCount(_ id: RecordID) throws {
         try store.update(Item.self, id: id) { $0.wearCount += 1 }
     }
@@ -53,4 +56,69 @@ final class StashEngine: Engine {
     func flush() throws {}
 
     func files() -> [URL] { [directory.appendingPathComponent("data.mdb")] }
+}
+
+/// The gate check through StashGate's public API: a `FeatureGate` with free-tier limits on
+/// homes and on items per home (through the homeID index), the signed snapshot of
+/// ``BenchEntitlement`` applied once and read back (verified) at every open, and
+/// `check(.create(Item.self, in: home))`: the entitlement, `count(Home)`, the item total
+/// (downgrade-safe rule) and the home's items, in one recycled read transaction.
+final class StashGateEngine: GateEngine {
+    static let name = StashEngine.name
+    static let userID = "bench-user"
+    static let keyID = "bench"
+    static let signingKey = Array("stash-bench-gate-key-0123456789a".utf8)
+    static let transactionID = "bench-yearly"
+    let store: Store
+    let gate: FeatureGate
+
+    static func configuration(_ limits: GateLimits) -> GateConfiguration {
+        var config = GateConfiguration(userID: userID, verifier: HMACSnapshotVerifier(keys: [keyID: signingKey]))
+        config.premiumEntitlement = BenchEntitlement.name
+        config.limits = [.maxRecords(Home.self, limits.maxHomes),
+                         .maxRecords(Item.self, limits.maxItemsPerHome, per: \.homeID)]
+        return config
+    }
+
+    /// The workload's types plus the gate's own (credit accounts and operations), as an app
+    /// that gates opens its store.
+    static func openStore(_ directory: URL) throws -> Store {
+        var options = StoreOptions()
+        options.initialMapSize = 256 << 20
+        return try Store.open(at: directory.path, types: [Home.self, Item.self] + FeatureGate.recordTypes, options: options)
+    }
+
+    static func prepareGate(directory: URL, limits: GateLimits) throws {
+        let gate = try FeatureGate.open(try openStore(directory), configuration: configuration(limits))
+        let now = Date()
+        let yearly = PurchaseTransaction(id: transactionID, productID: "pro.yearly", type: .autoRenewable,
+                                         entitlements: [BenchEntitlement.name],
+                                         purchasedAt: BenchEntitlement.purchasedAt(builtAt: now),
+                                         expiresAt: BenchEntitlement.expiresAt(builtAt: now), period: .yearly)
+        let snapshot = EntitlementSnapshot(userID: userID, sequence: 1, serverTime: now, transactions: [yearly])
+        try gate.apply(try HMACSnapshotSigner(keyID: keyID, key: signingKey).sign(snapshot))
+    }
+
+    init(gateDirectory: URL, limits: GateLimits) throws {
+        store = try Self.openStore(gateDirectory)
+        gate = try FeatureGate.open(store, configuration: Self.configuration(limits))
+    }
+
+    func checkCreateItem(in home: RecordID) throws -> GateVerdict {
+        let decision = gate.check(.create(Item.self, in: home))
+        if decision.isAllowed { return .allowed }
+        switch decision.denial {
+        case .overLimit?: return .overLimit
+        case .itemLimitReached?: return .itemLimitReached
+        default: throw BenchError("gate/Stash: unexpected decision \(decision)")
+        }
+    }
+
+    func verifyEntitlement() throws {
+        let entitlement = gate.entitlement()
+        guard entitlement.status.state == .expired, entitlement.reason == .cached,
+              entitlement.status.transactionID == Self.transactionID, gate.tier == .free else {
+            throw BenchError("gate/Stash: expected the lapsed subscription read from the store's signed cache (free tier), got \(entitlement), tier \(gate.tier)")
+        }
+    }
 }

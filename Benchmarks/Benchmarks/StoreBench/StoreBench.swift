@@ -14,8 +14,14 @@ import Stash
 // | get       | one point read by id, decoded into `Item`                     | p50/p99, ops/s  |
 // | count     | one count of the items of a home through the homeID index     | p50/p99         |
 // | allocs    | one count, with malloc counting on                            | mallocs/op      |
+// | concurrent| 8 threads × 16 single-item commits on each engine (group commit)| ops/s          |
 // | update    | wearCount += 1 on one item + commit on each engine            | p50/p99, ops/s  |
 // | disk      | nothing: reports the fixture's file sizes as custom metrics    | bytes           |
+// | gate      | one gate check: entitlement + count homes + count items in a  | p50/p99         |
+// |           | home ⇒ decision (GateBench.swift)                             |                 |
+// | gateallocs| one gate check, with malloc counting on                       | mallocs/op      |
+// | delta     | export (makeDelta + encode) or import (apply into an empty    | records/s,      |
+// |           | store) of K = 1k / 100k changes, Stash only (DeltaBench.swift) | bytes/change    |
 // | overhead  | nothing: the harness's own per-iteration cost                 | p50             |
 //
 // Sizes and iteration budgets come from the environment (see `BenchConfig`).
@@ -62,6 +68,11 @@ enum Budget {
     static func bulk(_ n: Int) -> Benchmark.Configuration {
         .init(metrics: [.throughput] + Trio.metrics, warmupIterations: 0,
               maxDuration: .seconds(3_600), maxIterations: max(1, n / Fixtures.batchSize))
+    }
+    /// One round of concurrent single commits per engine per iteration.
+    static var concurrent: Benchmark.Configuration {
+        .init(metrics: [.throughput] + Trio.metrics, warmupIterations: smoke ? 1 : 5,
+              maxDuration: .seconds(smoke ? 1 : 10), maxIterations: smoke ? 5 : 300)
     }
     static var once: Benchmark.Configuration { .init(
         metrics: [.throughput, DiskMetric.apparent, DiskMetric.allocated], warmupIterations: 0,
@@ -275,6 +286,7 @@ let benchmarks: @Sendable () -> Void = {
     for n in BenchConfig.sizes {
         registerBulk(n: n)
         for sync in SyncLevel.allCases { registerSingleInsert(n: n, sync: sync) }
+        for sync in [SyncLevel.full, .relaxed] { registerConcurrentInsert(n: n, sync: sync) }
 
         registerGet(StashEngine.self, n: n)
         registerGet(RawLMDBEngine.self, n: n)
@@ -293,5 +305,9 @@ let benchmarks: @Sendable () -> Void = {
         registerDisk(StashEngine.self, n: n)
         registerDisk(RawLMDBEngine.self, n: n)
         registerDisk(GRDBEngine.self, n: n)
+
+        registerGateBenchmarks(n: n)
     }
+
+    registerDeltaBenchmarks()
 }

@@ -16,6 +16,8 @@ struct Result {
     var samples = 0
     var mallocs: Double?
     var diskApparent: Double?, diskAllocated: Double?
+    /// `delta/…/export`: the encoded delta's size in bytes.
+    var deltaBytes: Double?
 }
 
 func load(_ path: String) throws -> [Result] {
@@ -51,7 +53,7 @@ func load(_ path: String) throws -> [Result] {
             continue
         }
         switch result.group {
-        case "allocs":
+        case "allocs", "gateallocs":
             result.mallocs = stats("Malloc (total)")?.p50
         case "disk":
             result.diskApparent = stats("disk bytes (file size)")?.mean
@@ -60,6 +62,7 @@ func load(_ path: String) throws -> [Result] {
             if let s = stats("Time (wall clock)") {
                 result.mean = s.mean; result.p50 = s.p50; result.p99 = s.p99; result.samples = s.samples
             }
+            if result.group == "delta", result.variant == "export" { result.deltaBytes = stats("delta bytes")?.mean }
         }
         results.append(result)
     }
@@ -143,8 +146,8 @@ if let i = arguments.firstIndex(of: "--commit"), i + 1 < arguments.count {
     commit = arguments[i + 1]
     arguments.removeSubrange(i...(i + 1))
 }
-// --check-allocations: exit 1 when the index-handle count allocates (malloc counts are
-// deterministic, so CI can hold this line even on a noisy machine).
+// --check-allocations: exit 1 when the index-handle count or the gate check allocates
+// (malloc counts are deterministic, so CI can hold this line even on a noisy machine).
 var checkAllocations = false
 if let i = arguments.firstIndex(of: "--check-allocations") {
     checkAllocations = true
@@ -171,7 +174,8 @@ func find(_ group: String, _ engine: String, _ variant: String, _ size: String) 
 /// Operations per second from the mean wall-clock time of one operation (µs).
 func opsPerSecond(_ r: Result?) -> Double? { r?.mean.map { 1_000_000 / $0 } }
 
-let sizes = Set(results.filter { $0.group != "overhead" }.map(\.size)).sorted { sizeValue($0) < sizeValue($1) }
+// Store sizes N; the delta group's last component is the number of changes K instead.
+let sizes = Set(results.filter { $0.group != "overhead" && $0.group != "delta" }.map(\.size)).sorted { sizeValue($0) < sizeValue($1) }
 
 // Machine: what `nproc`, /proc/cpuinfo and /proc/meminfo say, plus the run's own notes.
 let cpu = (try? String(contentsOfFile: "/proc/cpuinfo", encoding: .utf8))?
@@ -232,6 +236,30 @@ for size in sizes {
         }
         table(["durability", "Stash p50 / p99", "Stash ops/s", "LMDB p50 / p99", "LMDB ops/s", "GRDB p50 / p99", "GRDB ops/s",
                "Stash ÷ LMDB", "Stash ÷ GRDB"], rows)
+    }
+
+    // Concurrent single inserts (group commit); the variant is "<level> <writers>x<per writer>".
+    let shapes = Set(results.filter { $0.group == "concurrent" && $0.size == size }.map { String($0.variant.split(separator: " ").last ?? "") })
+    for shape in shapes.sorted() {
+        let parts = shape.split(separator: "x").compactMap { Int($0) }
+        guard parts.count == 2 else { continue }
+        let commits = Double(parts[0] * parts[1])
+        func perSecond(_ r: Result?) -> Double? { r?.mean.map { commits * 1_000_000 / $0 } }
+        line("**Concurrent single inserts**: \(parts[0]) threads × \(parts[1]) items, one commit per item, on each engine in turn (Stash and raw LMDB through StashLMDB commit the writers queued behind a commit together: group commit; GRDB serializes its writers). One sample = all \(Int(commits)) commits, thread start included; ops/s = \(Int(commits)) ÷ mean:")
+        line()
+        var rows: [[String]] = []
+        for (level, label) in levels.prefix(2) {
+            let variant = "\(level) \(shape)"
+            let sv = perSecond(find("concurrent", "Stash", variant, size)), lv = perSecond(find("concurrent", "LMDB", variant, size))
+            let gv = perSecond(find("concurrent", "GRDB", variant, size))
+            guard sv != nil || gv != nil else { continue }
+            rows.append([label, rate(sv), rate(lv), rate(gv), ratio(sv.flatMap { a in lv.map { a / $0 } }),
+                         ratio(sv.flatMap { a in gv.map { a / $0 } })])
+            let r = sv.flatMap { a in gv.map { a / $0 } }
+            goals[size, default: []].append(Goal(text: "durable insert ≥ GRDB at equal durability, \(parts[0]) concurrent writers (\(label))",
+                                                 met: r.map { $0 >= 1 }, detail: "\(ratio(r, threshold: 1)) (ops/s)"))
+        }
+        table(["durability", "Stash ops/s", "LMDB ops/s", "GRDB ops/s", "Stash ÷ LMDB", "Stash ÷ GRDB"], rows)
     }
 
     // Point read
@@ -309,6 +337,58 @@ for size in sizes {
                    name == "Stash" ? "" : ratio(disks[0]?.diskApparent.flatMap { s in r?.diskApparent.map { s / $0 } })]
               })
     }
+
+    // Gate check
+    let gates = [("Stash", "check", "Stash `gate.check(.create(Item.self, in: home))`"),
+                 ("LMDB", "by hand", "raw LMDB: value in place + `mdb_stat` + `mdb_cursor_count`"),
+                 ("GRDB", "query interface", "GRDB query interface (row + 2 × `fetchCount`)"),
+                 ("GRDB", "cached SQL", "GRDB cached statements (row + 2 × `SELECT COUNT(*)`)")]
+    if gates.contains(where: { find("gate", $0.0, $0.1, size) != nil || find("gateallocs", $0.0, $0.1, size) != nil }) {
+        line("**Gate check**, \"may the user create one more item in this home?\": the entitlement (a lapsed paid subscription: free tier), the number of homes and the number of items in the home, in one read transaction ⇒ decision; homes alternate between full ones (denied, item limit) and new ones (allowed):")
+        line()
+        let lmdb = find("gate", "LMDB", "by hand", size)?.p99
+        let grdb = find("gate", "GRDB", "query interface", size)?.p99
+        table(["way", "p50", "p99", "mallocs / check", "p99 ÷ raw LMDB p99", "GRDB p99 ÷ p99"], gates.map { engine, variant, label in
+            let r = find("gate", engine, variant, size)
+            let a = find("gateallocs", engine, variant, size)
+            return [label, us(r?.p50), us(r?.p99), a?.mallocs.map { String(format: "%.0f", $0) } ?? "–",
+                    engine == "LMDB" ? "" : ratio(r?.p99.flatMap { p in lmdb.map { p / $0 } }),
+                    engine == "GRDB" ? "" : ratio(r?.p99.flatMap { p in grdb.map { $0 / p } })]
+        })
+        if let p99 = find("gate", "Stash", "check", size)?.p99 {
+            goals[size, default: []].append(Goal(text: "gate check p99 ≤ 5 µs (required at 1M)", met: p99 <= 5, detail: us(p99)))
+        }
+        if let m = find("gateallocs", "Stash", "check", size)?.mallocs {
+            goals[size, default: []].append(Goal(text: "0 allocations per gate check", met: m == 0, detail: String(format: "%.0f", m)))
+        }
+    }
+}
+
+// Delta exchange: K changes per delta, independent of N; Stash only.
+var deltaGoals: [(k: String, goal: Goal)] = []
+let changes = Set(results.filter { $0.group == "delta" }.map(\.size)).sorted { sizeValue($0) < sizeValue($1) }
+if !changes.isEmpty {
+    line("### Delta exchange")
+    line()
+    line("**Delta export and import** with StashSync, K changes (K new items) per delta, Stash only (neither peer has sync). Export: `makeDelta` + `encoded(key:)` (HMAC); import: `apply` into a fresh, empty store (validation, merge, watermark; one durable transaction). Records/s count the K records of one delta:")
+    line()
+    var rows: [[String]] = []
+    for k in changes {
+        let count = Double(sizeValue(k))
+        let export = find("delta", "Stash", "export", k), importing = find("delta", "Stash", "import", k)
+        let exportRate = export?.mean.map { count * 1_000_000 / $0 }
+        let importRate = importing?.mean.map { count * 1_000_000 / $0 }
+        let perChange = export?.deltaBytes.map { $0 / count }
+        rows.append([k, rate(exportRate), "\(us(export?.p50)) / \(us(export?.p99))", rate(importRate),
+                     "\(us(importing?.p50)) / \(us(importing?.p99))",
+                     perChange.map { String(format: "%.0f", $0) } ?? "–", bytes(export?.deltaBytes),
+                     "\(export?.samples ?? 0) / \(importing?.samples ?? 0)"])
+        for (way, value) in [("export", exportRate), ("import", importRate)] {
+            deltaGoals.append((k, Goal(text: "delta exchange ≥ 100k records/s (\(way))", met: value.map { $0 >= 100_000 }, detail: rate(value))))
+        }
+    }
+    table(["changes K", "export records/s", "export p50 / p99", "import records/s", "import p50 / p99",
+           "delta bytes / change", "delta size", "deltas timed (export / import)"], rows)
 }
 
 line("### Goals of issue 6")
@@ -317,6 +397,7 @@ var goalRows: [[String]] = []
 for size in sizes {
     for goal in goals[size] ?? [] { goalRows.append([goal.text, size, goal.detail, verdict(goal.met)]) }
 }
+for (k, goal) in deltaGoals { goalRows.append([goal.text, "K = \(k)", goal.detail, verdict(goal.met)]) }
 table(["goal", "N", "measured", "verdict"], goalRows)
 
 var header = "Run: \(path)"
@@ -332,6 +413,15 @@ if checkAllocations {
     }
     for r in handle where (r.mallocs ?? 1) != 0 {
         FileHandle.standardError.write(Data("BenchReport: count through an index handle allocates (\(r.mallocs ?? .nan) mallocs per count at N = \(r.size)); it must not\n".utf8))
+        exit(1)
+    }
+    let gate = results.filter { $0.group == "gateallocs" && $0.engine == "Stash" && $0.variant == "check" }
+    if gate.isEmpty {
+        FileHandle.standardError.write(Data("BenchReport: no gateallocs/Stash/check result to check\n".utf8))
+        exit(1)
+    }
+    for r in gate where (r.mallocs ?? 1) != 0 {
+        FileHandle.standardError.write(Data("BenchReport: the gate check allocates (\(r.mallocs ?? .nan) mallocs per check at N = \(r.size)); it must not\n".utf8))
         exit(1)
     }
 }
