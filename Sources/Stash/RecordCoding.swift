@@ -44,6 +44,18 @@ final class RecordEncoder: Encoder {
         return try encoder.finish()
     }
 
+    /// Encodes fields whose tags are known, in the given order (no Codable, no resolver).
+    static func encode(tagged fields: [(tag: UInt16, value: FieldValue)]) -> [UInt8] {
+        var writer = ByteWriter(capacity: 256)
+        writer.beginRecord()
+        for field in fields {
+            writer.varint(UInt64(field.tag))
+            writer.value(field.value)
+        }
+        writer.finishRecord(fieldCount: fields.count)
+        return writer.bytes
+    }
+
     func finish() throws -> [UInt8] {
         if let failure { throw failure }
         for (name, node) in pending {

@@ -321,6 +321,14 @@ public enum RecordValueCoding {
         return writer.bytes
     }
 
+    /// Appends the bytes of one value to `bytes` (no intermediate array).
+    public static func append(_ value: FieldValue, to bytes: inout [UInt8]) {
+        var writer = ByteWriter(capacity: 0)
+        swap(&writer.bytes, &bytes)
+        writer.value(value)
+        swap(&writer.bytes, &bytes)
+    }
+
     /// Reads one value starting at `offset`, not past `end`.
     /// - Returns: the value and the number of bytes it took.
     /// - Throws: when the bytes are not a valid value.

@@ -286,12 +286,17 @@ final class WriteContext: FieldTagResolver {
         encodingType = layout.schema.name
         encodingLayout = nil
         var fieldVersions: [UInt16: Version] = [:]
-        var values: [String: FieldValue] = [:]
+        fieldVersions.reserveCapacity(state.fields.count)
+        var values: [(slot: Int, tag: UInt16, value: FieldValue)] = []
+        values.reserveCapacity(state.fields.count)
         for (name, field) in state.fields {
-            let tag = try tag(for: name, kind: field.value.kind, hint: 0).tag
+            let (tag, slot) = try tag(for: name, kind: field.value.kind, hint: values.last.map { $0.slot + 1 } ?? 0)
             fieldVersions[tag] = field.version
-            values[name] = field.value
+            if name != "id", field.value != .null { values.append((slot, tag, field.value)) }
         }
+        // Schema order, as a typed write stores them: same bytes for the same record on every
+        // replica, and reads find each field where they look first.
+        values.sort { $0.slot < $1.slot }
         let layout = try self.layout(layout.schema.name)
         let versions = RecordVersions(incarnation: state.incarnation, tombstone: state.tombstone, fields: fieldVersions)
         guard state.exists else {
@@ -301,7 +306,7 @@ final class WriteContext: FieldTagResolver {
             changes.append(.init(typeTag: layout.schema.tag, id: state.id, operation: .delete, fieldTags: [], origin: origin))
             return true
         }
-        let bytes = try RecordEncoder.encode(fields: values, resolver: self)
+        let bytes = RecordEncoder.encode(tagged: values.map { ($0.tag, $0.value) })
         do {
             return try put(layout, id: state.id, bytes: bytes, mode: .upsert, versions: versions, origin: origin)
         } catch let clash as UniqueClash {

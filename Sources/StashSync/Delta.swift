@@ -82,22 +82,31 @@ extension Delta {
         }
         // Entries first into their own buffer, so the tables they reference are complete.
         var body = DeltaByteWriter()
+        body.bytes.reserveCapacity(64 + entries.count * 384)
         body.varint(UInt64(entries.count))
+        var names: [String] = []
         for entry in entries {
             body.varint(UInt64(string(entry.type)))
-            body.bytes.append(contentsOf: entry.id.bytes)
+            body.id(entry.id)
             body.bytes.append((entry.incarnation != nil ? 1 : 0) | (entry.tombstone != nil ? 2 : 0))
-            for version in [entry.incarnation, entry.tombstone].compactMap({ $0 }) {
-                body.varint(version.clock)
-                body.varint(UInt64(site(version.site)))
+            if let incarnation = entry.incarnation {
+                body.varint(incarnation.clock)
+                body.varint(UInt64(site(incarnation.site)))
             }
-            let fields = entry.fields.sorted { $0.key < $1.key }
-            body.varint(UInt64(fields.count))
-            for (name, field) in fields {
+            if let tombstone = entry.tombstone {
+                body.varint(tombstone.clock)
+                body.varint(UInt64(site(tombstone.site)))
+            }
+            names.removeAll(keepingCapacity: true)
+            names.append(contentsOf: entry.fields.keys)
+            names.sort()
+            body.varint(UInt64(names.count))
+            for name in names {
+                let field = entry.fields[name]!
                 body.varint(UInt64(string(name)))
                 body.varint(field.version.clock)
                 body.varint(UInt64(site(field.version.site)))
-                body.bytes.append(contentsOf: RecordValueCoding.encode(field.value))
+                RecordValueCoding.append(field.value, to: &body.bytes)
             }
         }
         w.varint(UInt64(strings.count))
@@ -107,7 +116,8 @@ extension Delta {
             w.bytes.append(contentsOf: utf8)
         }
         w.varint(UInt64(sites.count))
-        for s in sites { w.bytes.append(contentsOf: s.bytes) }
+        for s in sites { w.id(s) }
+        w.bytes.reserveCapacity(w.bytes.count + body.bytes.count + 64)
         w.bytes.append(contentsOf: body.bytes)
         if let key {
             w.bytes.append(contentsOf: HMAC<SHA256>.authenticationCode(for: w.bytes, using: key.symmetricKey))
@@ -192,8 +202,10 @@ extension Delta {
             let entryFlags = try r.byte()
             let incarnation = entryFlags & 1 != 0 ? try version() : nil
             let tombstone = entryFlags & 2 != 0 ? try version() : nil
+            let fieldCount = try r.count()
             var fields: [String: FieldState] = [:]
-            for _ in 0..<(try r.count()) {
+            fields.reserveCapacity(min(fieldCount, 256))
+            for _ in 0..<fieldCount {
                 let fieldName = try string()
                 let v = try version()
                 fields[fieldName] = FieldState(value: try r.value(), version: v)
@@ -211,6 +223,11 @@ struct DeltaByteWriter {
         var v = value
         while v >= 0x80 { bytes.append(UInt8(truncatingIfNeeded: v) | 0x80); v >>= 7 }
         bytes.append(UInt8(v))
+    }
+    /// The 16 big-endian bytes of an id (as `RecordID.bytes`, without the array).
+    mutating func id(_ id: RecordID) {
+        for shift in stride(from: 56, through: 0, by: -8) { bytes.append(UInt8(truncatingIfNeeded: id.high >> UInt64(shift))) }
+        for shift in stride(from: 56, through: 0, by: -8) { bytes.append(UInt8(truncatingIfNeeded: id.low >> UInt64(shift))) }
     }
     mutating func fixed(_ value: UInt64) {
         for shift in stride(from: 0, to: 64, by: 8) { bytes.append(UInt8(truncatingIfNeeded: value >> UInt64(shift))) }
