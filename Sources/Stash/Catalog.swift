@@ -1,5 +1,6 @@
 import Foundation
 import StashLMDB
+import Synchronization
 
 /// An immutable snapshot of the stored schema with its lookup tables. The store swaps in a
 /// new catalog after a commit that changed the schema (or when another process did).
@@ -20,6 +21,44 @@ final class Catalog: Sendable {
         }
         layoutsByName = byName
         layoutsByTag = byTag
+    }
+
+    /// A single-field index found from a key path (see ``singleFieldIndex(_:type:)``).
+    struct ResolvedIndex: @unchecked Sendable {
+        let typeTag: UInt16
+        let indexTag: UInt16
+        /// The stored kind of the field (nil: not known yet).
+        let kind: FieldKind?
+        /// Kept so the key path's identity stays unique while it is a key here.
+        let keyPath: AnyKeyPath
+    }
+    private let resolvedIndexes = Mutex<[ObjectIdentifier: ResolvedIndex]>([:])
+
+    /// The single-field index on `keyPath` of the type named `type()`, or nil when there is
+    /// none. Resolved once per key path and catalog (a catalog never changes; a new schema is
+    /// a new catalog), so hot counts by key path skip the name and index lookups: one lock and
+    /// one pointer-keyed lookup. O(1).
+    func singleFieldIndex(_ keyPath: AnyKeyPath, type: () -> String) -> ResolvedIndex? {
+        let key = ObjectIdentifier(keyPath)
+        if let hit = resolvedIndexes.withLock({ $0[key] }) { return hit }
+        guard let layout = layoutsByName[type()] else { return nil }
+        let name = fieldName(of: keyPath)
+        guard let index = layout.schema.indexes.first(where: { $0.fields.count == 1 && $0.fields[0] == name }) else { return nil }
+        let resolved = ResolvedIndex(typeTag: layout.schema.tag, indexTag: index.tag,
+                                     kind: layout.schema.field(named: name)?.kind, keyPath: keyPath)
+        resolvedIndexes.withLock { $0[key] = resolved }
+        return resolved
+    }
+
+    /// The index key whose duplicate count is exactly the number of `R` records matching
+    /// `condition` on the field of `keyPath` (what the planner would count too), or nil when
+    /// no single-field index answers it exactly.
+    func exactIndexKey<R: Record>(_ keyPath: AnyKeyPath, _ type: R.Type, _ condition: QueryCondition) -> KeyBytes? {
+        guard condition.op == .equal, let index = singleFieldIndex(keyPath, type: { R.recordType }),
+              QueryPlanner.indexable(condition, fieldKind: index.kind) else { return nil }
+        var key = StoreKeys.indexPrefix(index.typeTag, index.indexTag)
+        condition.value.appendIndexComponent(to: &key)
+        return key.isLossy ? nil : key
     }
 
     func layout(_ name: String, store: String) throws -> TypeLayout {

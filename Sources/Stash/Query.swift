@@ -194,8 +194,18 @@ enum QueryPlanner {
         case .double(let d) where d.isNaN: return false
         default: break
         }
-        guard let kind = type.field(named: condition.field)?.kind else { return true }
-        return condition.value.kind == kind
+        return indexable(condition, fieldKind: type.field(named: condition.field)?.kind)
+    }
+
+    /// ``indexable(_:_:)`` for a field whose stored kind is `fieldKind` (nil: not known yet).
+    static func indexable(_ condition: QueryCondition, fieldKind: FieldKind?) -> Bool {
+        switch condition.value {
+        case .null: return condition.op == .equal
+        case .double(let d) where d.isNaN: return false
+        default: break
+        }
+        guard let fieldKind else { return true }
+        return condition.value.kind == fieldKind
     }
 }
 
@@ -266,10 +276,15 @@ enum PredicateAnalyzer {
     /// Casts the expression's *type*, not its value: casting a value of more than three words
     /// (an `Equal` of a key path and a captured id is four) to an existential boxes it on the
     /// heap, and this path must not allocate.
-    static func soleEquality<R>(of predicate: Predicate<R>) -> QueryCondition? {
-        func read<E: PredicateExpression>(_ expression: E) -> QueryCondition? {
+    static func soleEquality<R>(of predicate: Predicate<R>) -> (condition: QueryCondition, keyPath: AnyKeyPath)? {
+        func read<E: PredicateExpression>(_ expression: E) -> (condition: QueryCondition, keyPath: AnyKeyPath)? {
             guard let equal = E.self as? any PlannerEqualType.Type else { return nil }
-            return condition(equal.plannerOperands(of: expression), .equal)
+            let operands = equal.plannerOperands(of: expression)
+            guard let condition = condition(operands, .equal) else { return nil }
+            // The side that is `$0.field` (the other may be a key path on a constant).
+            if let kp = operands.0 as? PlannerKeyPath, kp.plannerRoot is PlannerVariable { return (condition, kp.plannerKeyPath) }
+            if let kp = operands.1 as? PlannerKeyPath, kp.plannerRoot is PlannerVariable { return (condition, kp.plannerKeyPath) }
+            return nil
         }
         return read(predicate.expression)
     }

@@ -110,13 +110,8 @@ public struct RecordReader {
 
     /// The number of records matching `condition` when a single-field index answers it
     /// exactly (one `mdb_cursor_count`, what the planner would choose too); nil otherwise.
-    func exactIndexCount(_ layout: TypeLayout, _ condition: QueryCondition) throws -> Int? {
-        guard condition.op == .equal, QueryPlanner.indexable(condition, layout.schema),
-              let index = layout.schema.indexes.first(where: { $0.fields.count == 1 && $0.fields[0] == condition.field })
-        else { return nil }
-        var key = StoreKeys.indexPrefix(layout.schema.tag, index.tag)
-        condition.value.appendIndexComponent(to: &key)
-        if key.isLossy { return nil }
+    func exactIndexCount<R: Record>(_ keyPath: AnyKeyPath, _ type: R.Type, _ condition: QueryCondition) throws -> Int? {
+        guard let key = catalog.exactIndexKey(keyPath, R.self, condition) else { return nil }
         return try txn.duplicateCount(dbs.index, key: key)
     }
 
@@ -203,8 +198,8 @@ extension StoreReading {
     /// The number of records matching `descriptor`'s predicate (limit and offset ignored).
     /// O(1) when the plan is an index equality with nothing left to filter.
     public func fetchCount<R: Record>(_ descriptor: FetchDescriptor<R>) throws -> Int {
-        if let predicate = descriptor.predicate, let condition = PredicateAnalyzer.soleEquality(of: predicate),
-           let count = try reader.exactIndexCount(try reader.layout(R.recordType), condition) {
+        if let predicate = descriptor.predicate, let (condition, keyPath) = PredicateAnalyzer.soleEquality(of: predicate),
+           let count = try reader.exactIndexCount(keyPath, R.self, condition) {
             return count
         }
         let (plan, layout) = try reader.plan(descriptor)

@@ -26,12 +26,25 @@ extension Store {
     /// The number of records whose `keyPath` equals `value`; O(1) with a single-field index.
     /// For the hottest paths, resolve an ``IndexHandle`` once with ``index(_:)`` instead.
     public func count<R: Record, V: IndexableValue>(_ type: R.Type, where keyPath: KeyPath<R, V>, equals value: V) throws -> Int {
-        try read { try $0.count(type, where: keyPath, equals: value) }
+        if let index = catalog.singleFieldIndex(keyPath, type: { R.recordType }) {
+            // As through a handle: the index is resolved once per key path.
+            var key = StoreKeys.indexPrefix(index.typeTag, index.indexTag)
+            value.appendIndexComponent(to: &key)
+            if !key.isLossy { return try indexCount(key) }
+        }
+        return try read { try $0.count(type, where: keyPath, equals: value) }
     }
     /// The records matching `descriptor`.
     public func fetch<R: Record>(_ descriptor: FetchDescriptor<R>) throws -> [R] { try read { try $0.fetch(descriptor) } }
     /// The number of records matching `descriptor`'s predicate.
-    public func fetchCount<R: Record>(_ descriptor: FetchDescriptor<R>) throws -> Int { try read { try $0.fetchCount(descriptor) } }
+    public func fetchCount<R: Record>(_ descriptor: FetchDescriptor<R>) throws -> Int {
+        // `field == constant` on a single-field index: one count, as through a handle.
+        if let predicate = descriptor.predicate, let (condition, keyPath) = PredicateAnalyzer.soleEquality(of: predicate),
+           let key = catalog.exactIndexKey(keyPath, R.self, condition) {
+            return try indexCount(key)
+        }
+        return try read { try $0.fetchCount(descriptor) }
+    }
     /// The plan the store would use for `descriptor`.
     public func explain<R: Record>(_ descriptor: FetchDescriptor<R>) throws -> QueryPlan { try read { try $0.explain(descriptor) } }
 
@@ -55,9 +68,13 @@ extension Store {
         var key = StoreKeys.indexPrefix(index.typeTag, index.indexTag)
         value.appendIndexComponent(to: &key)
         if key.isLossy { return try read { snapshot in try snapshot.count(index, equals: value) } }
-        // The hot path: no snapshot object, no schema lookup — one recycled read transaction
-        // and one mdb_cursor_count on its cached cursor.
-        return try storageErrors(path) { try env.read { txn in try txn.duplicateCount(index.database, key: key) } }
+        return try indexCount(key)
+    }
+
+    /// One `mdb_cursor_count` of `key` in the index database, in a recycled read transaction
+    /// (no snapshot object, no schema lookup).
+    private func indexCount(_ key: KeyBytes) throws -> Int {
+        try storageErrors(path) { try env.read { txn in try txn.duplicateCount(dbs.index, key: key) } }
     }
 
     /// The number of records of `type` in `index`'s store, O(1) (see ``count(_:)``), for use next

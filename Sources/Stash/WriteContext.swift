@@ -294,8 +294,8 @@ final class WriteContext: FieldTagResolver {
             fieldVersions[tag] = field.version
             if name != "id", field.value != .null { values.append((slot, tag, field.value)) }
         }
-        // Schema order, as a typed write stores them: same bytes for the same record on every
-        // replica, and reads find each field where they look first.
+        // This store's schema order, as its typed writes store fields: typed reads of merged
+        // records then find each field where they look first.
         values.sort { $0.slot < $1.slot }
         let layout = try self.layout(layout.schema.name)
         let versions = RecordVersions(incarnation: state.incarnation, tombstone: state.tombstone, fields: fieldVersions)
