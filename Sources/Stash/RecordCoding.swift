@@ -165,6 +165,8 @@ final class TypeLayout: Sendable {
     let tags: [UInt16]
     let kinds: [FieldKind?]
     private let slotsByName: [String: Int]
+    /// The `Counter` fields (merged as PN-counters).
+    let counterNames: Set<String>
 
     init(_ schema: TypeSchema) {
         self.schema = schema
@@ -176,6 +178,7 @@ final class TypeLayout: Sendable {
         tags = schema.fields.map(\.tag)
         kinds = schema.fields.map(\.kind)
         slotsByName = Dictionary(schema.fields.indices.map { (schema.fields[$0].name, $0) }, uniquingKeysWith: { a, _ in a })
+        counterNames = Set(schema.fields.filter { $0.counter == true }.map(\.name))
     }
 
     /// The position of field `name` in ``names``, or nil for a field the schema lacks.

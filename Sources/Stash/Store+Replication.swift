@@ -13,12 +13,20 @@ extension MetaKey {
 /// The replicated state of a record from `records` and `versions`, in any transaction.
 func loadRecordState<T: TransactionReading>(_ txn: T, _ dbs: StoreDatabases, _ layout: TypeLayout,
                                              _ id: RecordID, site: RecordID, path: String) throws -> RecordState {
+    try loadStoredRecordState(txn, dbs, layout, id, site: site, path: path).state
+}
+
+/// ``loadRecordState(_:_:_:_:site:path:)``, and whether anything at all is stored under the
+/// id (a record or its versions).
+func loadStoredRecordState<T: TransactionReading>(_ txn: T, _ dbs: StoreDatabases, _ layout: TypeLayout,
+                                                  _ id: RecordID, site: RecordID, path: String) throws -> (state: RecordState, stored: Bool) {
     let key = StoreKeys.record(layout.schema.tag, id)
     let versions: RecordVersions?
     do { versions = try txn.get(dbs.versions, key: key).map { try RecordVersions(decoding: $0) } }
     catch { throw StoreError(.corrupted, "store \(path): versions of \(layout.schema.name) \(id) cannot be decoded: \(error)") }
     var fields: [String: FieldState] = [:]
-    if let bytes = try txn.get(dbs.records, key: key) {
+    let bytes = try txn.get(dbs.records, key: key)
+    if let bytes {
         let record: EncodedRecord
         do { record = try EncodedRecord(bytes) }
         catch { throw StoreError(.corrupted, "store \(path): \(layout.schema.name) \(id) cannot be decoded: \(error)") }
@@ -31,8 +39,8 @@ func loadRecordState<T: TransactionReading>(_ txn: T, _ dbs: StoreDatabases, _ l
             if let name = layout.schema.field(tagged: tag)?.name { fields[name] = FieldState(value: .null, version: version) }
         }
     }
-    return RecordState(type: layout.schema.name, id: id, incarnation: versions?.incarnation,
-                       tombstone: versions?.tombstone, fields: fields)
+    return (RecordState(type: layout.schema.name, id: id, incarnation: versions?.incarnation,
+                        tombstone: versions?.tombstone, fields: fields), bytes != nil || versions != nil)
 }
 
 extension RecordReader {

@@ -167,10 +167,11 @@ final class WriteContext: FieldTagResolver {
     /// - Returns: false when nothing changed (same bytes and versions).
     @discardableResult
     func put(_ layout: TypeLayout, id: RecordID, bytes: [UInt8], mode: WriteMode,
-             versions merged: RecordVersions? = nil, origin: RecordID? = nil) throws -> Bool {
+             versions merged: RecordVersions? = nil, origin: RecordID? = nil, absent: Bool = false) throws -> Bool {
         let type = layout.schema
         let key = StoreKeys.record(type.tag, id)
-        let oldBytes = try txn.get(dbs.records, key: key)
+        // `absent`: the caller has just seen that neither a record nor versions exist.
+        let oldBytes = absent ? nil : try txn.get(dbs.records, key: key)
         switch (mode, oldBytes) {
         case (.insert, .some):
             throw StoreError(.duplicateID, "store \(path): \(type.name) \(id) already exists; use upsert or update to replace it")
@@ -178,7 +179,7 @@ final class WriteContext: FieldTagResolver {
             throw StoreError(.notFound, "store \(path): no \(type.name) with id \(id) to update")
         default: break
         }
-        let oldVersions = try versions(layout, id)
+        let oldVersions = absent ? nil : try versions(layout, id)
         if oldBytes == bytes && (merged == nil || merged == oldVersions) { return false }
         let new = try decodeStored(bytes, type.name, id)
         let old = try oldBytes.map { try decodeStored($0, type.name, id) }
@@ -275,14 +276,14 @@ final class WriteContext: FieldTagResolver {
     func merge(_ remote: RecordState, origin: RecordID) throws -> Bool {
         let layout = try self.layout(remote.type)
         if let latest = remote.latestVersion { try observe(latest) }
-        let local = try state(layout, remote.id)
-        let counters = Set(layout.schema.fields.filter { $0.counter == true }.map(\.name))
-        let merged = local.merged(with: remote, counters: counters)
+        let (local, stored) = try loadStoredRecordState(txn, dbs, layout, remote.id, site: siteID, path: path)
+        let merged = local.merged(with: remote, counters: layout.counterNames)
         if merged == local { return false }
-        return try write(merged, layout, origin: origin)
+        // With nothing stored under this id (no record, no versions), the write need not look again.
+        return try write(merged, layout, origin: origin, absent: !stored)
     }
 
-    private func write(_ state: RecordState, _ layout: TypeLayout, origin: RecordID) throws -> Bool {
+    private func write(_ state: RecordState, _ layout: TypeLayout, origin: RecordID, absent: Bool) throws -> Bool {
         encodingType = layout.schema.name
         encodingLayout = nil
         var fieldVersions: [UInt16: Version] = [:]
@@ -308,7 +309,7 @@ final class WriteContext: FieldTagResolver {
         }
         let bytes = RecordEncoder.encode(tagged: values.map { ($0.tag, $0.value) })
         do {
-            return try put(layout, id: state.id, bytes: bytes, mode: .upsert, versions: versions, origin: origin)
+            return try put(layout, id: state.id, bytes: bytes, mode: .upsert, versions: versions, origin: origin, absent: absent)
         } catch let clash as UniqueClash {
             // The same logical record created on two replicas: keep the smaller id.
             if clash.other < state.id {
