@@ -56,10 +56,10 @@ final class TreeEncoder: Encoder {
 @inline(__always)
 func specialFieldValue(_ value: Any) -> FieldValue? {
     switch value {
+    case let v as RecordID: return .uuid(v.uuid)   // first: ids are what records are most often found by
     case let v as Date: return .date(v)
     case let v as Data: return .bytes(v)
     case let v as UUID: return .uuid(v)
-    case let v as RecordID: return .uuid(v.uuid)
     case let v as URL: return .string(v.absoluteString)
     case let v as FieldValue: return v
     default: return nil

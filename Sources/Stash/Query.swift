@@ -279,31 +279,32 @@ enum PredicateAnalyzer {
     static func soleEquality<R>(of predicate: Predicate<R>) -> (condition: QueryCondition, keyPath: AnyKeyPath)? {
         func read<E: PredicateExpression>(_ expression: E) -> (condition: QueryCondition, keyPath: AnyKeyPath)? {
             guard let equal = E.self as? any PlannerEqualType.Type else { return nil }
-            let operands = equal.plannerOperands(of: expression)
-            guard let condition = condition(operands, .equal) else { return nil }
-            // The side that is `$0.field` (the other may be a key path on a constant).
-            if let kp = operands.0 as? PlannerKeyPath, kp.plannerRoot is PlannerVariable { return (condition, kp.plannerKeyPath) }
-            if let kp = operands.1 as? PlannerKeyPath, kp.plannerRoot is PlannerVariable { return (condition, kp.plannerKeyPath) }
-            return nil
+            return located(equal.plannerOperands(of: expression), .equal)
         }
         return read(predicate.expression)
     }
 
     private static func condition(_ operands: (Any, Any), _ op: QueryCondition.Operator) -> QueryCondition? {
-        if let field = fieldName(operands.0), let value = constant(operands.1) {
-            return QueryCondition(field: field, op: op, value: value)
+        located(operands, op)?.condition
+    }
+
+    /// ``condition(_:_:)`` with the key path of its field, each operand cast once.
+    private static func located(_ operands: (Any, Any), _ op: QueryCondition.Operator) -> (condition: QueryCondition, keyPath: AnyKeyPath)? {
+        if let (field, keyPath) = fieldKeyPath(operands.0), let value = constant(operands.1) {
+            return (QueryCondition(field: field, op: op, value: value), keyPath)
         }
-        if let field = fieldName(operands.1), let value = constant(operands.0) {
-            return QueryCondition(field: field, op: op.flipped, value: value)
+        if let (field, keyPath) = fieldKeyPath(operands.1), let value = constant(operands.0) {
+            return (QueryCondition(field: field, op: op.flipped, value: value), keyPath)
         }
         return nil
     }
 
-    /// `$0.field` with one path component.
-    private static func fieldName(_ operand: Any) -> String? {
+    /// `$0.field` with one path component: its name and key path.
+    private static func fieldKeyPath(_ operand: Any) -> (String, AnyKeyPath)? {
         guard let kp = operand as? PlannerKeyPath, kp.plannerRoot is PlannerVariable else { return nil }
-        let name = Stash.fieldName(of: kp.plannerKeyPath)
-        return name.utf8.contains(UInt8(ascii: ".")) ? nil : name
+        let keyPath = kp.plannerKeyPath
+        let name = Stash.fieldName(of: keyPath)
+        return name.utf8.contains(UInt8(ascii: ".")) ? nil : (name, keyPath)
     }
 
     /// An operand that does not involve the record, evaluated now.
