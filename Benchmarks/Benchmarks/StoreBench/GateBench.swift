@@ -19,16 +19,8 @@ import Stash
 /// Per-benchmark state of the gate benchmarks.
 final class GateState<G: GateEngine> {
     var engine: G?
-    /// Pre-drawn homes; the count is a power of two.
-    var targets: [RecordID] = []
-    var cursor = 0
-
-    @inline(__always)
-    func nextTarget() -> RecordID {
-        let id = targets[cursor & (targets.count - 1)]
-        cursor &+= 1
-        return id
-    }
+    /// Pre-drawn homes.
+    var targets = TargetCycle()
 }
 
 extension Fixtures {
@@ -73,7 +65,7 @@ func registerGate<G: GateEngine>(_: G.Type, n: Int, variant: String, fixture: @e
         let s = GateState<G>()
         let name = "\(group)/\(G.name)/\(variant)/\(BenchConfig.label(n))"
         Benchmark(name, configuration: configuration) { _ in
-            blackHole(try check(s.engine!, s.nextTarget()))
+            blackHole(try check(s.engine!, s.targets.next()))
         } setup: {
             let limits = GateLimits(items: n)
             let directory = try Fixtures.gate(G.self, items: n, limits: limits, source: fixture)
@@ -88,7 +80,7 @@ func registerGate<G: GateEngine>(_: G.Type, n: Int, variant: String, fixture: @e
             guard full == .itemLimitReached, empty == .allowed else {
                 throw BenchError("\(name): a full home gives \(full.rawValue) (expected itemLimitReached), an empty one \(empty.rawValue) (expected allowed)")
             }
-            s.targets = drawGateTargets(items: n)
+            s.targets = TargetCycle(drawGateTargets(items: n))
             Fixtures.settle()
         } teardown: {
             s.engine = nil

@@ -30,16 +30,7 @@ import Stash
 final class State<E: Engine> {
     var engine: E?
     var directory: URL?
-    /// Pre-drawn random targets; the count is a power of two.
-    var targets: [RecordID] = []
-    var cursor = 0
-
-    @inline(__always)
-    func nextTarget() -> RecordID {
-        let id = targets[cursor & (targets.count - 1)]
-        cursor &+= 1
-        return id
-    }
+    var targets = TargetCycle()
 
     func close() {
         engine = nil
@@ -84,6 +75,28 @@ enum DiskMetric {
     static let allocated = BenchmarkMetric.custom("disk bytes (allocated)", polarity: .prefersSmaller, useScalingFactor: false)
 }
 
+/// Pre-drawn benchmark targets, visited in a cycle without bounds checks on the hot path.
+struct TargetCycle {
+    private var ids: [RecordID] = []
+    private var cursor = 0
+
+    /// No targets yet: a benchmark's setup draws them before the first `next()`.
+    init() {}
+
+    /// `ids.count` must be a power of two.
+    init(_ ids: [RecordID]) {
+        precondition(ids.count > 0 && ids.count & (ids.count - 1) == 0, "target count must be a power of two")
+        self.ids = ids
+    }
+
+    @inline(__always)
+    mutating func next() -> RecordID {
+        let id = ids[cursor & (ids.count - 1)]
+        cursor &+= 1
+        return id
+    }
+}
+
 /// Draws `count` (a power of two) random ids with `make(index)` over `0..<range`.
 func drawTargets(_ count: Int, range: Int, seed: UInt64, _ make: (Int) -> RecordID) -> [RecordID] {
     var rng = SplitMix64(seed: seed)
@@ -102,8 +115,7 @@ func drawTargets(_ count: Int, range: Int, seed: UInt64, _ make: (Int) -> Record
 final class Trio {
     var engines: [any Engine] = []
     var directories: [URL] = []
-    var targets: [RecordID] = []
-    var cursor = 0
+    var targets = TargetCycle()
     var batch: [Item] = []
     var single: Item?
     var nextItem = 0
@@ -132,12 +144,6 @@ final class Trio {
             try body(engines[e])
             benchmark.measurement(Self.metrics[e], Int(monotonicNanoseconds() - start))
         }
-    }
-
-    func nextTarget() -> RecordID {
-        let id = targets[cursor & (targets.count - 1)]
-        cursor &+= 1
-        return id
     }
 
     func close() {
@@ -194,11 +200,11 @@ func registerSingleInsert(n: Int, sync: SyncLevel) {
 func registerUpdate(n: Int, sync: SyncLevel) {
     let t = Trio()
     Benchmark("update/all/\(sync.rawValue)/\(BenchConfig.label(n))", configuration: Budget.commits(sync)) { benchmark in
-        let id = t.nextTarget()
+        let id = t.targets.next()
         try t.each(benchmark) { try $0.incrementWearCount(id) }
     } setup: {
         try t.open(sync: sync) { type in try Fixtures.copy(type, items: n, name: "update-\(type.name)-\(sync)") }
-        t.targets = drawTargets(1 << 16, range: n, seed: 3, Workload.itemID)
+        t.targets = TargetCycle(drawTargets(1 << 16, range: n, seed: 3, Workload.itemID))
         Fixtures.settle()
     } teardown: {
         t.close()
@@ -211,12 +217,12 @@ func registerGet<E: Engine>(_: E.Type, n: Int, variant: String = "typed",
                              _ get: @escaping (E, RecordID) throws -> Item? = { try $0.item($1) }) {
     let s = State<E>()
     Benchmark("get/\(E.name)/\(variant)/\(BenchConfig.label(n))", configuration: Budget.micro) { _ in
-        blackHole(try get(s.engine!, s.nextTarget()))
+        blackHole(try get(s.engine!, s.targets.next()))
     } setup: {
         let directory = try Fixtures.ensure(E.self, items: n)
         Fixtures.warm(directory)
         s.engine = try E(directory: directory, sync: .full)
-        s.targets = drawTargets(1 << 16, range: n, seed: 1, Workload.itemID)
+        s.targets = TargetCycle(drawTargets(1 << 16, range: n, seed: 1, Workload.itemID))
         let probe = n / 2
         guard try get(s.engine!, Workload.itemID(probe)) == Workload.item(probe, homes: Workload.homeCount(items: n)) else {
             throw BenchError("get/\(E.name): the record read back differs from the one written")
@@ -232,13 +238,13 @@ func registerCount<E: Engine>(_: E.Type, n: Int, variant: String, _ count: @esca
     for (group, configuration) in [("count", Budget.micro), ("allocs", Budget.allocs)] {
         let s = State<E>()
         Benchmark("\(group)/\(E.name)/\(variant)/\(BenchConfig.label(n))", configuration: configuration) { _ in
-            blackHole(try count(s.engine!, s.nextTarget()))
+            blackHole(try count(s.engine!, s.targets.next()))
         } setup: {
             let directory = try Fixtures.ensure(E.self, items: n)
             Fixtures.warm(directory)
             s.engine = try E(directory: directory, sync: .full)
             let homes = Workload.homeCount(items: n)
-            s.targets = drawTargets(1 << 12, range: homes, seed: 2, Workload.homeID)
+            s.targets = TargetCycle(drawTargets(1 << 12, range: homes, seed: 2, Workload.homeID))
             let expected = n / homes + (n % homes > 0 ? 1 : 0)
             let got = try count(s.engine!, Workload.homeID(0))
             guard got == expected else {
