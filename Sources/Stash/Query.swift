@@ -189,12 +189,7 @@ enum QueryPlanner {
     /// differently from `.int(3)` and would find nothing), a null only answers `==`, and NaN,
     /// whose key equals itself, equals nothing.
     static func indexable(_ condition: QueryCondition, _ type: TypeSchema) -> Bool {
-        switch condition.value {
-        case .null: return condition.op == .equal
-        case .double(let d) where d.isNaN: return false
-        default: break
-        }
-        return indexable(condition, fieldKind: type.field(named: condition.field)?.kind)
+        indexable(condition, fieldKind: type.field(named: condition.field)?.kind)
     }
 
     /// ``indexable(_:_:)`` for a field whose stored kind is `fieldKind` (nil: not known yet).

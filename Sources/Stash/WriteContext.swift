@@ -261,11 +261,6 @@ final class WriteContext: FieldTagResolver {
 
     // MARK: Replication
 
-    /// The replicated state of a record as stored here.
-    func state(_ layout: TypeLayout, _ id: RecordID) throws -> RecordState {
-        try loadRecordState(txn, dbs, layout, id, site: siteID, path: path)
-    }
-
     /// Merges a remote state into the stored one (see ``RecordState/merged(with:counters:)``)
     /// and writes the result with its versions; the history change carries `origin`.
     ///
