@@ -171,6 +171,24 @@ do { results = try load(path) } catch {
 func find(_ group: String, _ engine: String, _ variant: String, _ size: String) -> Result? {
     results.first { $0.group == group && $0.engine == engine && $0.variant == variant && $0.size == size }
 }
+/// The table of a read benchmark measured per operation: p50, p99 and mallocs per operation
+/// (from `allocations`) for each (engine, variant, label) row, with p99 ratios to the raw
+/// LMDB row `lmdb` and the GRDB row `grdb`. Returns those two reference p99s.
+@discardableResult
+func latencyTable(group: String, allocations: String, per unit: String, rows: [(String, String, String)], size: String,
+                  lmdb lmdbVariant: String, grdb grdbVariant: String) -> (lmdb: Double?, grdb: Double?) {
+    let lmdb = find(group, "LMDB", lmdbVariant, size)?.p99
+    let grdb = find(group, "GRDB", grdbVariant, size)?.p99
+    table(["way", "p50", "p99", "mallocs / \(unit)", "p99 ÷ raw LMDB p99", "GRDB p99 ÷ p99"], rows.map { engine, variant, label in
+        let r = find(group, engine, variant, size)
+        let a = find(allocations, engine, variant, size)
+        return [label, us(r?.p50), us(r?.p99), a?.mallocs.map { String(format: "%.0f", $0) } ?? "–",
+                engine == "LMDB" ? "" : ratio(r?.p99.flatMap { p in lmdb.map { p / $0 } }),
+                engine == "GRDB" ? "" : ratio(r?.p99.flatMap { p in grdb.map { $0 / p } })]
+    })
+    return (lmdb, grdb)
+}
+
 /// Operations per second from the mean wall-clock time of one operation (µs).
 func opsPerSecond(_ r: Result?) -> Double? { r?.mean.map { 1_000_000 / $0 } }
 
@@ -288,15 +306,8 @@ for size in sizes {
     if counts.contains(where: { find("count", $0.0, $0.1, size) != nil }) {
         line("**Indexed count** of the items of one home (~100), and heap allocations per count (malloc counter):")
         line()
-        let lmdb = find("count", "LMDB", "dup count", size)?.p99
-        let grdb = find("count", "GRDB", "fetchCount", size)?.p99
-        table(["way", "p50", "p99", "mallocs / count", "p99 ÷ raw LMDB p99", "GRDB p99 ÷ p99"], counts.map { engine, variant, label in
-            let r = find("count", engine, variant, size)
-            let a = find("allocs", engine, variant, size)
-            return [label, us(r?.p50), us(r?.p99), a?.mallocs.map { String(format: "%.0f", $0) } ?? "–",
-                    engine == "LMDB" ? "" : ratio(r?.p99.flatMap { p in lmdb.map { p / $0 } }),
-                    engine == "GRDB" ? "" : ratio(r?.p99.flatMap { p in grdb.map { $0 / p } })]
-        })
+        let (lmdb, grdb) = latencyTable(group: "count", allocations: "allocs", per: "count", rows: counts, size: size,
+                                        lmdb: "dup count", grdb: "fetchCount")
         for (variant, label) in [("fast path", "fast path"), ("index handle", "index handle"), ("predicate", "#Predicate")] {
             let p99 = find("count", "Stash", variant, size)?.p99
             let vsLMDB = p99.flatMap { p in lmdb.map { p / $0 } }
@@ -346,15 +357,8 @@ for size in sizes {
     if gates.contains(where: { find("gate", $0.0, $0.1, size) != nil || find("gateallocs", $0.0, $0.1, size) != nil }) {
         line("**Gate check**, \"may the user create one more item in this home?\": the entitlement (a lapsed paid subscription: free tier), the number of homes and the number of items in the home, in one read transaction ⇒ decision; homes alternate between full ones (denied, item limit) and new ones (allowed):")
         line()
-        let lmdb = find("gate", "LMDB", "by hand", size)?.p99
-        let grdb = find("gate", "GRDB", "query interface", size)?.p99
-        table(["way", "p50", "p99", "mallocs / check", "p99 ÷ raw LMDB p99", "GRDB p99 ÷ p99"], gates.map { engine, variant, label in
-            let r = find("gate", engine, variant, size)
-            let a = find("gateallocs", engine, variant, size)
-            return [label, us(r?.p50), us(r?.p99), a?.mallocs.map { String(format: "%.0f", $0) } ?? "–",
-                    engine == "LMDB" ? "" : ratio(r?.p99.flatMap { p in lmdb.map { p / $0 } }),
-                    engine == "GRDB" ? "" : ratio(r?.p99.flatMap { p in grdb.map { $0 / p } })]
-        })
+        latencyTable(group: "gate", allocations: "gateallocs", per: "check", rows: gates, size: size,
+                     lmdb: "by hand", grdb: "query interface")
         if let p99 = find("gate", "Stash", "check", size)?.p99 {
             goals[size, default: []].append(Goal(text: "gate check p99 ≤ 5 µs (required at 1M)", met: p99 <= 5, detail: us(p99)))
         }
