@@ -6,28 +6,13 @@ import Testing
 
 /// The `stash` tool (StashExecutable) with a store and a key file for the gate commands.
 enum GateCLI {
-    struct Result {
-        let status: Int32
-        let stdout: String
-        let stderr: String
-    }
+    typealias Result = StashExecutable.Result
 
     static func start(_ arguments: [String]) throws -> (Process, Pipe, Pipe) { try StashExecutable.start(arguments) }
-
-    static func finish(_ running: (Process, Pipe, Pipe)) -> Result {
-        let (process, out, err) = running
-        let outData = out.fileHandleForReading.readDataToEndOfFile()
-        let errData = err.fileHandleForReading.readDataToEndOfFile()
-        process.waitUntilExit()
-        return Result(status: process.terminationStatus, stdout: String(decoding: outData, as: UTF8.self),
-                      stderr: String(decoding: errData, as: UTF8.self))
-    }
+    static func finish(_ running: (Process, Pipe, Pipe)) -> Result { StashExecutable.finish(running) }
 
     @discardableResult
-    static func run(_ arguments: String...) throws -> Result {
-        let result = try StashExecutable.run(arguments)
-        return Result(status: result.status, stdout: result.stdout, stderr: result.stderr)
-    }
+    static func run(_ arguments: String...) throws -> Result { try StashExecutable.run(arguments) }
 
     static let schema = """
     {"types": [

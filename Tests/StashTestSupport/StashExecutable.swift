@@ -46,7 +46,12 @@ public enum StashExecutable {
     /// Runs `stash arguments…` to completion.
     @discardableResult
     public static func run(_ arguments: [String], stdin: String? = nil) throws -> Result {
-        let (process, out, err) = try start(arguments, stdin: stdin)
+        finish(try start(arguments, stdin: stdin))
+    }
+
+    /// Waits for a process made by ``start(_:stdin:)`` and collects its output.
+    public static func finish(_ running: (Process, Pipe, Pipe)) -> Result {
+        let (process, out, err) = running
         // Read both pipes before waiting so a chatty process cannot block on a full pipe.
         let outData = out.fileHandleForReading.readDataToEndOfFile()
         let errData = err.fileHandleForReading.readDataToEndOfFile()
