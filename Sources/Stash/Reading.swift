@@ -46,6 +46,9 @@ public struct RecordReader {
         return Int(try txn.uint64(dbs.counts, key: StoreKeys.count(tag)) ?? 0)
     }
 
+    /// The changes of the write transaction not yet in history (none in a read snapshot).
+    var pendingChanges: [HistoryChange.Stored] { context?.changes ?? [] }
+
     func bytes(_ layout: TypeLayout, _ id: RecordID) throws -> [UInt8]? {
         try txn.get(dbs.records, key: StoreKeys.record(layout.schema.tag, id))
     }

@@ -48,4 +48,60 @@ extension StoreReading {
         }
         return largest
     }
+
+    /// The groups of `index` (values of its `RecordID` field, such as a parent id) that more
+    /// than `size` records share, with their sizes: "which homes hold more than 10 items?".
+    ///
+    /// O(distinct values), like ``largestGroupCount(_:)``; the answer is usually short, and
+    /// ``changedRecords(in:after:limit:)`` lets a caller keep it up to date from history
+    /// instead of walking again.
+    public func groups<R: Record>(_ index: IndexHandle<R, RecordID>, largerThan size: Int) throws -> [(value: RecordID, count: Int)] {
+        var result: [(value: RecordID, count: Int)] = []
+        try reader.txn.forEachKeyWithCount(index.database, prefix: StoreKeys.indexPrefix(index.typeTag, index.indexTag)) { key, count in
+            // The key ends with the field's component: a presence byte, then the id's 16 bytes.
+            if count > size, key.count >= 17, key[key.count - 17] == 1, let value = RecordID(bytes: key[(key.count - 16)...]) {
+                result.append((value, count))
+            }
+            return true
+        }
+        return result
+    }
+
+    /// The records of `index`'s type that may have changed group since `token`: the ids
+    /// inserted, deleted, or updated with the indexed field changed, in the history committed
+    /// after `token` and, in a write transaction, in its own uncommitted writes. In order, may
+    /// repeat; a deleted id is listed although no group holds it any more.
+    ///
+    /// With ``groups(_:largerThan:)`` at `token`, this keeps "which groups are over a limit"
+    /// exact without a new walk: only groups listed before, and the groups the listed records
+    /// are in now, can have grown past the limit or fallen back under it.
+    ///
+    /// - Returns: nil when the changes after `token` cannot be read (purged, or `token` is
+    ///   newer than what this transaction sees), or when more than `limit` changes were looked
+    ///   at: count from scratch then.
+    /// Work is proportional to the changes read, at most `limit`, not to the store size.
+    public func changedRecords<R: Record, V: IndexableValue>(in index: IndexHandle<R, V>, after token: HistoryToken,
+                                                             limit: Int) throws -> [RecordID]? {
+        let bounds = try historyBounds()
+        guard token >= bounds.purgedThrough, token <= bounds.current else { return nil }
+        let layout = try reader.layout(R.recordType)
+        let indexed = layout.schema.indexes.first { $0.tag == index.indexTag }?.fields ?? [index.field]
+        let fieldTags = indexed.compactMap { layout.tagsByName[$0] }
+        var ids: [RecordID] = []
+        var looked = 0
+        func consider(_ change: HistoryChange.Stored) {
+            looked += 1
+            guard change.typeTag == index.typeTag else { return }
+            if change.operation != .update || change.fieldTags.contains(where: fieldTags.contains) { ids.append(change.id) }
+        }
+        var start = KeyBytes()
+        start.appendBigEndian(token.sequence &+ 1)
+        try reader.txn.scan(reader.dbs.history, from: .atOrAfter(start)) { key, value in
+            guard key.count == 8 else { return true }
+            for change in try HistoryEntry.decodeStored(value).changes { consider(change) }
+            return looked <= limit
+        }
+        for change in reader.pendingChanges { consider(change) }
+        return looked <= limit ? ids : nil
+    }
 }

@@ -21,7 +21,8 @@ final class WriteContext: FieldTagResolver {
     private var encodingType = ""
     private var encodingLayout: TypeLayout?
     private var countDeltas: [UInt16: Int] = [:]
-    private var changes: [HistoryChange.Stored] = []
+    /// This transaction's changes so far: its history entry at commit.
+    private(set) var changes: [HistoryChange.Stored] = []
     let now: @Sendable () -> Date
     /// The hybrid logical clock: the highest clock used or observed, persisted at commit.
     private var lastClock: UInt64?

@@ -71,21 +71,24 @@ public final class FeatureGate: Sendable {
         var known = false
         /// Records of the rule's type.
         var total = 0
-        /// For a per-parent rule whose total exceeds its maximum: the largest group (nil
-        /// otherwise: no group is larger than the whole type).
-        var largest: Int?
+        /// For a per-parent rule: the parents over its maximum (none while the total is
+        /// within it: no group is larger than the whole type).
+        var groups = GroupsOver(parents: [])
     }
 
     /// The counts of the rules at one history sequence.
     ///
-    /// Walking a per-parent index for the largest group is O(distinct parents): 10,000 homes
-    /// cost milliseconds, and a store needs the walk as soon as it holds more items than one
-    /// home may (two full homes). Records change only in write transactions, and each one
-    /// that changes a record commits a new history entry (schema changes at open, such as an
-    /// index rebuild, change no count), so the sequence a read snapshot sees names its counts
-    /// exactly: the walk runs once per committed state, and later snapshots of that state
-    /// read two metadata values instead of the totals and the walk. A write transaction may
-    /// hold changes that no sequence names yet: it neither uses nor fills the cache.
+    /// Walking a per-parent index for the parents over the limit is O(distinct parents):
+    /// 10,000 homes cost a millisecond, and a store needs the answer as soon as it holds more
+    /// items than one home may (two full homes). Records change only in write transactions,
+    /// and each one that changes a record commits a new history entry (schema changes at
+    /// open, such as an index rebuild, change no count), so the sequence a read snapshot sees
+    /// names its counts exactly: later snapshots of that state read two metadata values
+    /// instead of the totals and the parents. A newer state, or a write transaction (which
+    /// also sees its own uncommitted changes), starts from the parents cached for an older
+    /// sequence and recounts only those and the parents of the records changed since
+    /// (``LimitCounter/groupsOver(_:_:since:)``), so the walk runs once, not once per commit.
+    /// Only read snapshots fill the cache: a write transaction's changes have no sequence yet.
     struct CountsCache: Sendable {
         /// The state the known entries belong to (nil: none yet).
         var sequence: UInt64?
@@ -473,7 +476,7 @@ public final class FeatureGate: Sendable {
             if rule.parentField == nil {
                 if counts.total > rule.maximum { return .deny(.overLimit, access) }
                 if reached == nil, counts.total >= rule.maximum, rule.matches(action) { reached = rule.denial }
-            } else if let largest = counts.largest, largest > rule.maximum {
+            } else if counts.groups.any {
                 return .deny(.overLimit, access)
             }
         }
@@ -487,25 +490,28 @@ public final class FeatureGate: Sendable {
     }
 
     /// The counts of `rule` (at `position` in ``rules``) in `reading`: from ``countsCache``
-    /// when `sequence` names a state already counted, otherwise counted and, in a read
-    /// snapshot, kept for its sequence. The first walk in a snapshot reads the sequence (and
-    /// turns on ``readsSequenceFirst``) so that it is kept. No allocation.
+    /// when a read snapshot's `sequence` names a state already counted; otherwise counted,
+    /// the parents over the limit brought up to date from the cached ones, and, in a read
+    /// snapshot, kept for its sequence. The first time parents are needed in a snapshot it
+    /// reads the sequence (and turns on ``readsSequenceFirst``) so that they are kept. No
+    /// allocation when the counts come from the cache.
     private func counts<S: StoreReading>(_ position: Int, _ rule: LimitRule, _ reading: S, isSnapshot: Bool,
                                          sequence: inout UInt64?) throws -> RuleCounts {
-        if let sequence, let cached = countsCache.withLock({ cache in
-            cache.sequence == sequence && cache.rules[position].known ? cache.rules[position] : nil
-        }) {
-            return cached
+        let cached = countsCache.withLock { cache -> (sequence: UInt64, counts: RuleCounts)? in
+            guard let sequence = cache.sequence, cache.rules[position].known else { return nil }
+            return (sequence, cache.rules[position])
         }
-        var counts = RuleCounts(known: true, total: try rule.counter.total(reading), largest: nil)
+        if isSnapshot, let sequence, let cached, cached.sequence == sequence { return cached.counts }
+        var counts = RuleCounts(known: true, total: try rule.counter.total(reading))
         if rule.parentField != nil, counts.total > rule.maximum {
-            counts.largest = try rule.counter.largestGroup(reading)
-            if isSnapshot, sequence == nil {
-                readsSequenceFirst.store(true, ordering: .relaxed)
+            if sequence == nil {
+                if isSnapshot { readsSequenceFirst.store(true, ordering: .relaxed) }
                 sequence = try reading.historyBounds().current.sequence
             }
+            let base = cached.flatMap { entry in entry.counts.groups.parents.map { (entry.sequence, $0) } }
+            counts.groups = try rule.counter.groupsOver(rule.maximum, reading, since: base)
         }
-        if let sequence {
+        if isSnapshot, let sequence {
             countsCache.withLock { cache in
                 if cache.sequence != sequence {
                     // Keep the newest state when snapshots of different ages race.

@@ -130,8 +130,30 @@ protocol LimitCounter: Sendable {
     func total<S: StoreReading>(_ reading: S) throws -> Int
     /// Records of the type with this parent.
     func count<S: StoreReading>(_ reading: S, parent: RecordID) throws -> Int
-    /// The largest number of records sharing one parent.
-    func largestGroup<S: StoreReading>(_ reading: S) throws -> Int
+    /// Whether some parent holds more than `maximum` records, and which parents do when the
+    /// counter can name them. `base` is that answer at an earlier history sequence: a counter
+    /// that can brings it up to date from the changes since, instead of walking every parent.
+    func groupsOver<S: StoreReading>(_ maximum: Int, _ reading: S, since base: GroupsOver.Base?) throws -> GroupsOver
+}
+
+/// The parents over a per-parent limit.
+struct GroupsOver: Sendable {
+    /// The parents named at one history sequence.
+    typealias Base = (sequence: UInt64, parents: [RecordID])
+    /// Some parent holds more than the maximum.
+    var any: Bool
+    /// All such parents, exactly (nil: the counter cannot name them, or did not).
+    var parents: [RecordID]?
+
+    init(parents: [RecordID]) {
+        any = !parents.isEmpty
+        self.parents = parents
+    }
+
+    init(any: Bool) {
+        self.any = any
+        parents = nil
+    }
 }
 
 /// Key paths are immutable; the wrapper lets a Sendable rule hold one.
@@ -171,9 +193,26 @@ struct TypedLimitCounter<R: Record>: LimitCounter {
         return try reading.count(index, equals: parent)
     }
 
-    func largestGroup<S: StoreReading>(_ reading: S) throws -> Int {
-        guard let index else { return try total(reading) }
-        return try reading.largestGroupCount(index)
+    /// Changes read from history before walking every parent instead: reading one changed
+    /// record and counting its parent costs about what the walk spends on a few dozen parents.
+    static var incrementalLimit: Int { 64 }
+
+    /// From `base`: only the parents over the limit then, and the parents the records changed
+    /// since are in now, can be over it now (a group grows only by records inserted into it or
+    /// moved to it). Otherwise, or after more than ``incrementalLimit`` changes, every parent.
+    func groupsOver<S: StoreReading>(_ maximum: Int, _ reading: S, since base: GroupsOver.Base?) throws -> GroupsOver {
+        guard let index, let parent else { return GroupsOver(any: try total(reading) > maximum) }
+        if let base, let changed = try reading.changedRecords(in: index, after: HistoryToken(sequence: base.sequence),
+                                                              limit: Self.incrementalLimit) {
+            var candidates = base.parents
+            for id in changed {
+                guard let record = try reading.get(R.self, id: id) else { continue }
+                let now = record[keyPath: parent.keyPath]
+                if !candidates.contains(now) { candidates.append(now) }
+            }
+            return GroupsOver(parents: try candidates.filter { try reading.count(index, equals: $0) > maximum })
+        }
+        return GroupsOver(parents: try reading.groups(index, largerThan: maximum).map(\.value))
     }
 }
 
@@ -198,13 +237,14 @@ struct NamedLimitCounter: LimitCounter {
         return try reading.count(typeNamed: type, where: [QueryCondition(field: field, op: .equal, value: .uuid(parent.uuid))])
     }
 
-    func largestGroup<S: StoreReading>(_ reading: S) throws -> Int {
-        guard let field else { return try total(reading) }
+    /// Walks every record of the type: a named counter has no typed index handle to follow.
+    func groupsOver<S: StoreReading>(_ maximum: Int, _ reading: S, since base: GroupsOver.Base?) throws -> GroupsOver {
+        guard let field else { return GroupsOver(any: try total(reading) > maximum) }
         var groups: [FieldValue: Int] = [:]
         try reading.forEachRecord(typeNamed: type) { record in
             groups[record.fields[field] ?? .null, default: 0] += 1
             return true
         }
-        return groups.values.max() ?? 0
+        return GroupsOver(any: groups.values.contains { $0 > maximum })
     }
 }

@@ -1,12 +1,14 @@
 import Foundation
 import Stash
 import StashGate
+import StashTestSupport
 import Testing
 
-/// The downgrade-safe rule of a per-parent limit looks at the largest group. The gate walks the
-/// parent index once per committed state and reuses the result (and the totals) in later read
-/// snapshots; these tests change the store between checks, some without changing any total,
-/// so a count reused past a commit would give a wrong decision.
+/// The downgrade-safe rule of a per-parent limit asks whether any group is over the limit. The
+/// gate walks the parent index once, reuses the answer (and the totals) in later read
+/// snapshots of the same state, and brings it up to date from history after commits; these
+/// tests change the store between checks, some without changing any total, so a count reused
+/// past a commit, or an update from history that missed a change, would give a wrong decision.
 @Suite struct LargestGroupTests {
     /// Two homes of 10 items each (20 > 10 in all, no home over 10); free limits of 3 homes
     /// and 10 items per home.
@@ -66,5 +68,70 @@ import Testing
             #expect(f.gate.check(.create(Home.self), in: before).isAllowed)
             #expect(f.gate.check(.create(Home.self)).denial == .overLimit)
         }
+    }
+
+    /// Random inserts, moves, renames and deletes (one to three per commit, some rolled back)
+    /// over six parents with a limit of 3 per parent: after every commit, and inside write
+    /// transactions before they commit, each decision equals the one counted from scratch.
+    @Test func decisionsFollowRandomChangesExactly() throws {
+        let seed: UInt64 = 0x6A7E_C0DE
+        var rng = SeededGenerator(seed: seed)
+        let f = try Fixture { $0.limits = [.maxRecords(Home.self, 3), .maxRecords(Item.self, 3, per: \.homeID)] }
+        _ = try f.addHome("a")
+        _ = try f.addHome("b")
+        let parents = (0..<6).map { _ in RecordID() }
+        var items: [Item] = []   // what the store holds, as the test expects it
+
+        func expected(_ action: GateAction, _ items: [Item]) -> DenialReason? {
+            let sizes = Dictionary(grouping: items, by: \.homeID).mapValues(\.count)
+            if sizes.values.contains(where: { $0 > 3 }) { return .overLimit }
+            if action == .create(Home.self) { return nil }   // 2 homes of 3
+            return sizes[action.parent!, default: 0] >= 3 ? .itemLimitReached : nil
+        }
+        func verify(_ items: [Item], _ step: Int, in tx: StoreTransaction? = nil) {
+            for action in [GateAction.create(Home.self)] + parents.map({ .create(Item.self, in: $0) }) {
+                let decision = tx.map { f.gate.check(action, in: $0) } ?? f.gate.check(action)
+                #expect(decision.denial == expected(action, items),
+                        "seed \(seed), step \(step): \(action) gave \(decision.denial.map { "\($0)" } ?? "allowed")")
+            }
+        }
+
+        for step in 0..<200 {
+            var next = items
+            let rollBack = Int.random(in: 0..<8, using: &rng) == 0
+            do {
+                try f.store.write { tx in
+                    for _ in 0..<Int.random(in: 1...3, using: &rng) {
+                        let pick = next.isEmpty ? 0 : Int.random(in: 0..<next.count, using: &rng)
+                        switch Int.random(in: 0..<10, using: &rng) {
+                        case 0..<4 where next.count < 24 || next.isEmpty:
+                            let item = Item(homeID: parents.randomElement(using: &rng)!, name: "item \(step)")
+                            try tx.insert(item)
+                            next.append(item)
+                        case 4..<7 where !next.isEmpty:
+                            next[pick].homeID = parents.randomElement(using: &rng)!
+                            let moved = next[pick].homeID
+                            _ = try tx.update(Item.self, id: next[pick].id) { $0.homeID = moved }
+                        case 7 where !next.isEmpty:
+                            next[pick].name += "'"
+                            try tx.update(next[pick])
+                        default:
+                            if !next.isEmpty {
+                                #expect(try tx.delete(Item.self, id: next[pick].id))
+                                next.remove(at: pick)
+                            }
+                        }
+                    }
+                    verify(next, step, in: tx)
+                    if rollBack { throw CancellationError() }
+                }
+            } catch is CancellationError {
+                next = items
+            }
+            items = next
+            verify(items, step)
+            if Int.random(in: 0..<4, using: &rng) == 0 { verify(items, step) }   // the same state again, from the cache
+        }
+        #expect(try f.store.count(Item.self) == items.count)
     }
 }

@@ -11,6 +11,11 @@ import Stash
 // | gate       | one gate check for a random home                        | p50/p99    |
 // | gateallocs | the same check, with malloc counting on                 | mallocs/op |
 //
+// plus, for Stash, the variant "check after a move": each iteration first commits a move of
+// one item to another home (untimed), then times one check, so that every check meets a
+// state it has not counted yet (the first check after a commit; the peers count from scratch
+// every time anyway).
+//
 // The user holds a lapsed paid subscription (`BenchEntitlement`): every check evaluates it
 // and finds the free tier, whose limits are exactly what the store holds (`GateLimits`). The
 // targets alternate between existing homes (full: denied, item limit) and homes that do not
@@ -88,11 +93,63 @@ func registerGate<G: GateEngine>(_: G.Type, n: Int, variant: String, fixture: @e
     }
 }
 
+/// The moves of "check after a move": items (a power of two of them) and the step.
+final class MoveState {
+    var items: [Int] = []
+    var step = 0
+    var directory: URL?
+}
+
+/// `gate` and `gateallocs` for Stash's "check after a move": iteration 2k moves a random
+/// item from its home (full) to a spare home (commit, durability `.none`, not timed),
+/// iteration 2k + 1 moves it back; then one check is timed. The homes' counts change at every
+/// commit, and no home goes over its limit, so the decisions stay those of `gate`.
+func registerGateAfterMove(n: Int) {
+    for (group, configuration) in [("gate", Budget.micro), ("gateallocs", Budget.allocs)] {
+        let s = GateState<StashGateEngine>(), m = MoveState()
+        let homes = Workload.homeCount(items: n)
+        let spare = Workload.homeID(homes + 1)
+        let name = "\(group)/Stash/check after a move/\(BenchConfig.label(n))"
+        Benchmark(name, configuration: configuration) { benchmark in
+            let item = m.items[(m.step >> 1) & (m.items.count - 1)]
+            let home = m.step & 1 == 0 ? spare : Workload.homeID(item % homes)
+            m.step &+= 1
+            try s.engine!.store.update(Item.self, id: Workload.itemID(item)) { $0.homeID = home }
+            benchmark.startMeasurement()
+            blackHole(try s.engine!.checkCreateItem(in: s.targets.next()))
+            benchmark.stopMeasurement()
+        } setup: {
+            let limits = GateLimits(items: n)
+            let source = try Fixtures.gate(StashGateEngine.self, items: n, limits: limits) {
+                try Fixtures.ensure(StashEngine.self, items: n)
+            }
+            // A private copy: the moves must not touch the fixture the other gate benchmarks read.
+            let copy = try Fixtures.scratch("gate-after-move-\(group)")
+            for file in try FileManager.default.contentsOfDirectory(atPath: source.path)
+            where file != "complete" && file != "lock.mdb" {
+                try FileManager.default.copyItem(at: source.appendingPathComponent(file), to: copy.appendingPathComponent(file))
+            }
+            m.directory = copy
+            Fixtures.warm(copy)
+            s.engine = try StashGateEngine(gateDirectory: copy, limits: limits, durability: .none)
+            var rng = SplitMix64(seed: 5)
+            m.items = (0..<(1 << 12)).map { _ in Int(rng.next() % UInt64(n)) }
+            m.step = 0
+            s.targets = TargetCycle(drawGateTargets(items: n))
+            Fixtures.settle()
+        } teardown: {
+            s.engine = nil
+            if let directory = m.directory { Fixtures.remove(directory) }
+        }
+    }
+}
+
 /// Every engine's gate benchmarks at N items.
 func registerGateBenchmarks(n: Int) {
     registerGate(StashGateEngine.self, n: n, variant: "check", fixture: { try Fixtures.ensure(StashEngine.self, items: n) }) {
         try $0.checkCreateItem(in: $1)
     }
+    registerGateAfterMove(n: n)
     registerGate(RawLMDBGateEngine.self, n: n, variant: "by hand", fixture: { try Fixtures.ensure(RawLMDBEngine.self, items: n) }) {
         try $0.checkCreateItem(in: $1)
     }

@@ -1,6 +1,7 @@
 import Foundation
 import Stash
 import StashGate
+import StashLMDB
 
 /// Stash itself: typed records, the homeID index, counts and history, all through the
 /// public API a user would call.
@@ -82,9 +83,10 @@ final class StashGateEngine: GateEngine {
 
     /// The workload's types plus the gate's own (credit accounts and operations), as an app
     /// that gates opens its store.
-    static func openStore(_ directory: URL) throws -> Store {
+    static func openStore(_ directory: URL, durability: Durability = .full) throws -> Store {
         var options = StoreOptions()
         options.initialMapSize = 256 << 20
+        options.durability = durability
         return try Store.open(at: directory.path, types: [Home.self, Item.self] + FeatureGate.recordTypes, options: options)
     }
 
@@ -99,8 +101,13 @@ final class StashGateEngine: GateEngine {
         try gate.apply(try HMACSnapshotSigner(keyID: keyID, key: signingKey).sign(snapshot))
     }
 
-    init(gateDirectory: URL, limits: GateLimits) throws {
-        store = try Self.openStore(gateDirectory)
+    convenience init(gateDirectory: URL, limits: GateLimits) throws {
+        try self.init(gateDirectory: gateDirectory, limits: limits, durability: .full)
+    }
+
+    /// `durability` for the writes of the benchmark that checks after each commit.
+    init(gateDirectory: URL, limits: GateLimits, durability: Durability) throws {
+        store = try Self.openStore(gateDirectory, durability: durability)
         gate = try FeatureGate.open(store, configuration: Self.configuration(limits))
     }
 
