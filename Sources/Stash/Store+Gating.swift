@@ -67,6 +67,15 @@ extension StoreReading {
         return result
     }
 
+    /// The value of `index`'s field in record `id` (its schema default, or null, when the
+    /// record lacks the field), read from the stored bytes without decoding the rest of the
+    /// record; nil when there is no such record. One B-tree lookup.
+    public func indexedValue<R: Record, V: IndexableValue>(of index: IndexHandle<R, V>, id: RecordID) throws -> FieldValue? {
+        let layout = try reader.layout(R.recordType)
+        guard let bytes = try reader.bytes(layout, id) else { return nil }
+        return try fieldValue(index.field, layout, EncodedRecord(bytes))
+    }
+
     /// The records of `index`'s type that may have changed group since `token`: the ids
     /// inserted, deleted, or updated with the indexed field changed, in the history committed
     /// after `token` and, in a write transaction, in its own uncommitted writes. In order, may

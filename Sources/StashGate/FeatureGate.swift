@@ -40,12 +40,15 @@ public final class FeatureGate: Sendable {
     private let policyAtOpen = Mutex(SyncPolicy(isPremium: false, preference: false, reason: .default))
 
     let rules: [LimitRule]
-    /// The counts of every rule at one committed state (see ``CountsCache``).
+    /// The counts of every rule, in the order of ``rules``, at the newest committed state
+    /// each was counted in (see ``CountsCache``).
     let countsCache: Mutex<CountsCache>
     /// Set once a per-parent limit had to walk its index in a read snapshot (its type holds
     /// more records than the limit): from then on, checks in read snapshots read the history
     /// sequence first and take the counts of a state already seen from ``countsCache``.
     let readsSequenceFirst = Atomic(false)
+    /// Walks of every parent of a per-parent limit so far (for tests: commits should not cause them).
+    let parentWalks = Atomic(0)
     let maxOfflineAge: Int64
     let trialLength: Int64?
     /// What every check reads: plain values, so reading them neither allocates nor retains.
@@ -68,7 +71,8 @@ public final class FeatureGate: Sendable {
 
     /// What decides whether one rule is over its limit.
     struct RuleCounts: Sendable {
-        var known = false
+        /// The history sequence of the committed state counted (nil: none yet).
+        var sequence: UInt64?
         /// Records of the rule's type.
         var total = 0
         /// For a per-parent rule: the parents over its maximum (none while the total is
@@ -76,7 +80,7 @@ public final class FeatureGate: Sendable {
         var groups = GroupsOver(parents: [])
     }
 
-    /// The counts of the rules at one history sequence.
+    /// The counts of each rule at the newest committed state it was counted in.
     ///
     /// Walking a per-parent index for the parents over the limit is O(distinct parents):
     /// 10,000 homes cost a millisecond, and a store needs the answer as soon as it holds more
@@ -89,12 +93,7 @@ public final class FeatureGate: Sendable {
     /// sequence and recounts only those and the parents of the records changed since
     /// (``LimitCounter/groupsOver(_:_:since:)``), so the walk runs once, not once per commit.
     /// Only read snapshots fill the cache: a write transaction's changes have no sequence yet.
-    struct CountsCache: Sendable {
-        /// The state the known entries belong to (nil: none yet).
-        var sequence: UInt64?
-        /// Per rule, in the order of ``FeatureGate/rules``.
-        var rules: [RuleCounts]
-    }
+    typealias CountsCache = [RuleCounts]
 
     struct CacheState: Sendable {
         /// The last valid snapshot (nil: none yet, or the cached one was rejected).
@@ -127,7 +126,7 @@ public final class FeatureGate: Sendable {
         self.store = store
         self.configuration = configuration
         rules = try configuration.limits.map { try $0.resolved(in: store) }
-        countsCache = Mutex(CountsCache(sequence: nil, rules: [RuleCounts](repeating: RuleCounts(), count: rules.count)))
+        countsCache = Mutex(CountsCache(repeating: RuleCounts(), count: rules.count))
         clockGuard = ClockGuard(wall: configuration.clock ?? store.clock)
         maxOfflineAge = Int64((configuration.maxOfflineAge * 1000).rounded())
         trialLength = configuration.trialLength.map { Int64(($0 * 1000).rounded()) }
@@ -497,29 +496,24 @@ public final class FeatureGate: Sendable {
     /// allocation when the counts come from the cache.
     private func counts<S: StoreReading>(_ position: Int, _ rule: LimitRule, _ reading: S, isSnapshot: Bool,
                                          sequence: inout UInt64?) throws -> RuleCounts {
-        let cached = countsCache.withLock { cache -> (sequence: UInt64, counts: RuleCounts)? in
-            guard let sequence = cache.sequence, cache.rules[position].known else { return nil }
-            return (sequence, cache.rules[position])
-        }
-        if isSnapshot, let sequence, let cached, cached.sequence == sequence { return cached.counts }
-        var counts = RuleCounts(known: true, total: try rule.counter.total(reading))
+        let cached = countsCache.withLock { $0[position] }
+        if isSnapshot, let sequence, cached.sequence == sequence { return cached }
+        var counts = RuleCounts(sequence: sequence, total: try rule.counter.total(reading))
         if rule.parentField != nil, counts.total > rule.maximum {
             if sequence == nil {
                 if isSnapshot { readsSequenceFirst.store(true, ordering: .relaxed) }
                 sequence = try reading.historyBounds().current.sequence
+                counts.sequence = sequence
             }
-            let base = cached.flatMap { entry in entry.counts.groups.parents.map { (entry.sequence, $0) } }
+            let base = cached.sequence.flatMap { at in cached.groups.parents.map { (at, $0) } }
             counts.groups = try rule.counter.groupsOver(rule.maximum, reading, since: base)
+            if counts.groups.walked { parentWalks.add(1, ordering: .relaxed) }
         }
         if isSnapshot, let sequence {
             countsCache.withLock { cache in
-                if cache.sequence != sequence {
-                    // Keep the newest state when snapshots of different ages race.
-                    if let current = cache.sequence, current > sequence { return }
-                    cache.sequence = sequence
-                    for other in cache.rules.indices { cache.rules[other].known = false }
-                }
-                cache.rules[position] = counts
+                // Keep the newest state when snapshots of different ages race.
+                if let current = cache[position].sequence, current > sequence { return }
+                cache[position] = counts
             }
         }
         return counts

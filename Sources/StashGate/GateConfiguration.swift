@@ -144,15 +144,19 @@ struct GroupsOver: Sendable {
     var any: Bool
     /// All such parents, exactly (nil: the counter cannot name them, or did not).
     var parents: [RecordID]?
+    /// Found by walking every parent (rather than from an earlier answer and the changes since).
+    var walked: Bool
 
-    init(parents: [RecordID]) {
+    init(parents: [RecordID], walked: Bool = false) {
         any = !parents.isEmpty
         self.parents = parents
+        self.walked = walked
     }
 
-    init(any: Bool) {
+    init(walkedAny any: Bool) {
         self.any = any
         parents = nil
+        walked = true
     }
 }
 
@@ -201,18 +205,18 @@ struct TypedLimitCounter<R: Record>: LimitCounter {
     /// since are in now, can be over it now (a group grows only by records inserted into it or
     /// moved to it). Otherwise, or after more than ``incrementalLimit`` changes, every parent.
     func groupsOver<S: StoreReading>(_ maximum: Int, _ reading: S, since base: GroupsOver.Base?) throws -> GroupsOver {
-        guard let index, let parent else { return GroupsOver(any: try total(reading) > maximum) }
+        guard let index else { return GroupsOver(walkedAny: try total(reading) > maximum) }
         if let base, let changed = try reading.changedRecords(in: index, after: HistoryToken(sequence: base.sequence),
                                                               limit: Self.incrementalLimit) {
             var candidates = base.parents
             for id in changed {
-                guard let record = try reading.get(R.self, id: id) else { continue }
-                let now = record[keyPath: parent.keyPath]
+                guard case .uuid(let value)? = try reading.indexedValue(of: index, id: id) else { continue }
+                let now = RecordID(value)
                 if !candidates.contains(now) { candidates.append(now) }
             }
             return GroupsOver(parents: try candidates.filter { try reading.count(index, equals: $0) > maximum })
         }
-        return GroupsOver(parents: try reading.groups(index, largerThan: maximum).map(\.value))
+        return GroupsOver(parents: try reading.groups(index, largerThan: maximum).map(\.value), walked: true)
     }
 }
 
@@ -239,12 +243,12 @@ struct NamedLimitCounter: LimitCounter {
 
     /// Walks every record of the type: a named counter has no typed index handle to follow.
     func groupsOver<S: StoreReading>(_ maximum: Int, _ reading: S, since base: GroupsOver.Base?) throws -> GroupsOver {
-        guard let field else { return GroupsOver(any: try total(reading) > maximum) }
+        guard let field else { return GroupsOver(walkedAny: try total(reading) > maximum) }
         var groups: [FieldValue: Int] = [:]
         try reading.forEachRecord(typeNamed: type) { record in
             groups[record.fields[field] ?? .null, default: 0] += 1
             return true
         }
-        return GroupsOver(any: groups.values.contains { $0 > maximum })
+        return GroupsOver(walkedAny: groups.values.contains { $0 > maximum })
     }
 }

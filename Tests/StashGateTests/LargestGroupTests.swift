@@ -1,6 +1,6 @@
 import Foundation
 import Stash
-import StashGate
+@testable import StashGate
 import StashTestSupport
 import Testing
 
@@ -57,6 +57,33 @@ import Testing
             #expect(f.gate.check(.create(Home.self), in: tx).denial == .overLimit)
             #expect(throws: GateError.self) { try f.gate.authorize(.create(Home.self), in: tx) }
         }
+    }
+
+    @Test func commitsAreFollowedFromHistoryWithoutWalkingEveryHome() throws {
+        let (f, homes, items) = try fixture()
+        #expect(f.gate.check(.create(Home.self)).isAllowed)
+        #expect(f.gate.parentWalks.load(ordering: .relaxed) == 1)
+        for round in 0..<6 {
+            try f.store.update(Item.self, id: items[1].id) { $0.homeID = homes[round % 2] }
+            #expect(f.gate.check(.create(Home.self)).denial == (round % 2 == 0 ? .overLimit : nil))
+            do {
+                try f.store.write { tx in
+                    try tx.update(Item.self, id: items[3].id) { $0.homeID = homes[0] }
+                    #expect(f.gate.check(.create(Home.self), in: tx).denial == .overLimit)
+                    throw CancellationError()   // rolled back
+                } as Void
+            } catch is CancellationError {}
+        }
+        #expect(f.gate.parentWalks.load(ordering: .relaxed) == 1)
+        // More changes in one commit than are worth following one by one: one walk again.
+        try f.store.write { tx in
+            for item in items { try tx.update(Item.self, id: item.id) { $0.name += "'" } }
+            for item in items { try tx.update(Item.self, id: item.id) { $0.name += "'" } }
+            for item in items { try tx.update(Item.self, id: item.id) { $0.name += "'" } }
+            for item in items { try tx.update(Item.self, id: item.id) { $0.name += "'" } }
+        }
+        #expect(f.gate.check(.create(Home.self)).isAllowed)
+        #expect(f.gate.parentWalks.load(ordering: .relaxed) == 2)
     }
 
     @Test func aSnapshotOpenedBeforeACommitKeepsItsOwnAnswer() throws {

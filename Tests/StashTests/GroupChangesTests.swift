@@ -59,6 +59,19 @@ import StashTestSupport
         }
     }
 
+    @Test func indexedValueReadsOneFieldOfAStoredRecord() throws {
+        let dir = TemporaryDirectory()
+        let store = try Store.open(at: dir.path, types: [Home.self, Item.self])
+        let home = RecordID()
+        let stored = item(home, "lamp")
+        try store.insert(stored)
+        try store.read { snapshot throws in
+            #expect(try snapshot.indexedValue(of: store.index(\Item.homeID), id: stored.id) == .uuid(home.uuid))
+            #expect(try snapshot.indexedValue(of: store.index(\Item.wearCount), id: stored.id) == .int(0))
+            #expect(try snapshot.indexedValue(of: store.index(\Item.homeID), id: RecordID()) == nil)
+        }
+    }
+
     @Test func aWriteTransactionListsItsOwnPendingChanges() throws {
         let dir = TemporaryDirectory()
         let store = try Store.open(at: dir.path, types: [Home.self, Item.self])
