@@ -14,13 +14,27 @@ import StashLMDB
 /// Equality and range conjuncts on indexed fields use the index; everything else is
 /// evaluated on each candidate. The result is the same whatever plan is chosen.
 public struct FetchDescriptor<R: Record>: @unchecked Sendable {
-    public var predicate: Predicate<R>?
+    public var predicate: Predicate<R>? {
+        didSet { expression = predicate?.expression }
+    }
     public var sortBy: [SortDescriptor<R>]
     public var fetchLimit: Int?
     public var fetchOffset: Int?
+    /// The predicate's expression, kept apart: copying a `Predicate` out of the descriptor
+    /// costs runtime lookups for its variadic generic type (hundreds of instructions), and a
+    /// count by key reads only the expression.
+    @usableFromInline var expression: (any StandardPredicateExpression<Bool>)?
 
+    @inlinable
     public init(predicate: Predicate<R>? = nil, sortBy: [SortDescriptor<R>] = []) {
-        self.predicate = predicate
+        // Moved, not copied: the predicate is taken apart once and stored.
+        if let predicate = consume predicate {
+            expression = predicate.expression
+            self.predicate = consume predicate
+        } else {
+            expression = nil
+            self.predicate = nil
+        }
         self.sortBy = sortBy
     }
 }
@@ -212,6 +226,21 @@ protocol PlannerConjunction { var plannerOperands: (Any, Any) { get } }
 protocol PlannerEqual { var plannerOperands: (Any, Any) { get } }
 /// ``PlannerEqual`` reached through the metatype (see ``PredicateAnalyzer/soleEquality(of:)``).
 protocol PlannerEqualType { static func plannerOperands<V>(of value: V) -> (Any, Any) }
+/// `$0.field == constant` recognized from the expression's type alone (one conformance
+/// lookup, cached by the runtime per type), its key path and constant then read as typed
+/// values: no operand is boxed, cast or encoded through `Encodable`.
+protocol PlannerFieldEquality {
+    /// ``Catalog/exactIndexCount(_:_:equals:_:)`` for `expression`, which is of this type.
+    static func exactIndexCount<E, R: Record>(of expression: E, _ type: R.Type, in catalog: Catalog,
+                                              _ count: (KeyBytes) throws -> Int) rethrows -> Int?
+}
+/// `$0.field`: a key path expression on the predicate's variable.
+protocol PlannerRecordField { var plannerField: AnyKeyPath { get } }
+/// A captured value.
+protocol PlannerConstant {
+    associatedtype Constant
+    var plannerConstant: Constant { get }
+}
 protocol PlannerComparison { var plannerOperands: (Any, Any) { get }; var plannerOperator: QueryCondition.Operator { get } }
 protocol PlannerKeyPath { var plannerRoot: Any { get }; var plannerKeyPath: AnyKeyPath { get } }
 protocol PlannerVariable {}
@@ -223,6 +252,25 @@ extension PredicateExpressions.Equal: PlannerEqualType {
         let equal = value as! Self   // V is Self: the caller found Self through V's metatype
         return (equal.lhs, equal.rhs)
     }
+}
+extension PredicateExpressions.Equal: PlannerFieldEquality
+where LHS: PlannerRecordField, RHS: PlannerConstant, RHS.Constant == LHS.Output, LHS.Output: IndexableValue {
+    static func exactIndexCount<E, R: Record>(of expression: E, _ type: R.Type, in catalog: Catalog,
+                                              _ count: (KeyBytes) throws -> Int) rethrows -> Int? {
+        let equal = expression as! Self   // E is Self: the caller found Self through E's metatype
+        let value = equal.rhs.plannerConstant
+        // NaN equals nothing, yet an index lookup would find stored NaNs: leave it to the planner.
+        guard value == value else { return nil }
+        return try catalog.exactIndexCount(equal.lhs.plannerField, R.self, equals: value, count)
+    }
+}
+// Read as `AnyKeyPath` and the constant through its witness, so that the generic code above
+// needs no metadata of its own (each generic type it named would be a runtime lookup).
+extension PredicateExpressions.KeyPath: PlannerRecordField where Root: PlannerVariable {
+    var plannerField: AnyKeyPath { keyPath }
+}
+extension PredicateExpressions.Value: PlannerConstant {
+    var plannerConstant: Output { value }
 }
 extension PredicateExpressions.Comparison: PlannerComparison {
     var plannerOperands: (Any, Any) { (lhs, rhs) }
@@ -263,6 +311,24 @@ enum PredicateAnalyzer {
         }
         walk(predicate.expression)
         return (conditions, residual)
+    }
+
+    /// `count(key)` of the index key whose duplicate count answers `predicate` exactly when
+    /// the whole predicate is one `field == constant` on a single-field index (the commonest
+    /// count); nil otherwise. `$0.field == captured` is read through its type without
+    /// allocating; other spellings (constant first, an expression to evaluate) through
+    /// ``soleEquality(of:)``.
+    /// `expression` is `descriptor`'s predicate's.
+    static func exactIndexCount<R: Record>(of expression: any StandardPredicateExpression<Bool>, _ descriptor: FetchDescriptor<R>,
+                                           in catalog: Catalog, _ count: (KeyBytes) throws -> Int) throws -> Int? {
+        func read<E: PredicateExpression>(_ expression: E) throws -> Int?? {
+            guard let equality = E.self as? any PlannerFieldEquality.Type else { return nil }
+            return .some(try equality.exactIndexCount(of: expression, R.self, in: catalog, count))
+        }
+        if let typed = try read(expression) { return typed }
+        guard let predicate = descriptor.predicate, let (condition, keyPath) = soleEquality(of: predicate),
+              let key = catalog.exactIndexKey(keyPath, R.self, condition) else { return nil }
+        return try count(key)
     }
 
     /// The condition when the whole predicate is one `field == constant` (the commonest

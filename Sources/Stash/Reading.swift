@@ -46,6 +46,11 @@ public struct RecordReader {
         return Int(try txn.uint64(dbs.counts, key: StoreKeys.count(tag)) ?? 0)
     }
 
+    /// The duplicate count of `key` in the index database.
+    func indexCount(_ key: KeyBytes) throws -> Int {
+        try txn.duplicateCount(dbs.index, key: key)
+    }
+
     /// The changes of the write transaction not yet in history (none in a read snapshot).
     var pendingChanges: [HistoryChange.Stored] { context?.changes ?? [] }
 
@@ -111,13 +116,6 @@ public struct RecordReader {
         }
     }
 
-    /// The number of records matching `condition` when a single-field index answers it
-    /// exactly (one `mdb_cursor_count`, what the planner would choose too); nil otherwise.
-    func exactIndexCount<R: Record>(_ keyPath: AnyKeyPath, _ type: R.Type, _ condition: QueryCondition) throws -> Int? {
-        guard let key = catalog.exactIndexKey(keyPath, R.self, condition) else { return nil }
-        return try txn.duplicateCount(dbs.index, key: key)
-    }
-
     func plan<R: Record>(_ descriptor: FetchDescriptor<R>) throws -> (QueryPlan, TypeLayout) {
         let layout = try layout(R.recordType)
         guard let predicate = descriptor.predicate else {
@@ -158,14 +156,8 @@ extension StoreReading {
     /// O(1) with a single-field index on `keyPath` (one `mdb_cursor_count`); otherwise the
     /// same answer from a prefix scan of a composite index or a full scan.
     public func count<R: Record, V: IndexableValue>(_ type: R.Type, where keyPath: KeyPath<R, V>, equals value: V) throws -> Int {
-        let name = fieldName(of: keyPath)
-        let layout = try reader.layout(R.recordType)
-        if let index = layout.schema.indexes.first(where: { $0.fields.count == 1 && $0.fields[0] == name }) {
-            var key = StoreKeys.indexPrefix(layout.schema.tag, index.tag)
-            value.appendIndexComponent(to: &key)
-            if !key.isLossy { return try reader.txn.duplicateCount(reader.dbs.index, key: key) }
-        }
-        let condition = QueryCondition(field: name, op: .equal, value: try FieldValue(encoding: value))
+        if let n = try reader.catalog.exactIndexCount(keyPath, R.self, equals: value, reader.indexCount) { return n }
+        let condition = QueryCondition(field: fieldName(of: keyPath), op: .equal, value: try FieldValue(encoding: value))
         return try count(typeNamed: R.recordType, where: [condition])
     }
 
@@ -201,9 +193,9 @@ extension StoreReading {
     /// The number of records matching `descriptor`'s predicate (limit and offset ignored).
     /// O(1) when the plan is an index equality with nothing left to filter.
     public func fetchCount<R: Record>(_ descriptor: FetchDescriptor<R>) throws -> Int {
-        if let predicate = descriptor.predicate, let (condition, keyPath) = PredicateAnalyzer.soleEquality(of: predicate),
-           let count = try reader.exactIndexCount(keyPath, R.self, condition) {
-            return count
+        if let expression = descriptor.expression,
+           let n = try PredicateAnalyzer.exactIndexCount(of: expression, descriptor, in: reader.catalog, reader.indexCount) {
+            return n
         }
         let (plan, layout) = try reader.plan(descriptor)
         if descriptor.predicate == nil { return try reader.storedCount(layout.schema.tag) }

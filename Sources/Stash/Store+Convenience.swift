@@ -26,12 +26,8 @@ extension Store {
     /// The number of records whose `keyPath` equals `value`; O(1) with a single-field index.
     /// For the hottest paths, resolve an ``IndexHandle`` once with ``index(_:)`` instead.
     public func count<R: Record, V: IndexableValue>(_ type: R.Type, where keyPath: KeyPath<R, V>, equals value: V) throws -> Int {
-        if let index = catalog.singleFieldIndex(keyPath, type: { R.recordType }) {
-            // As through a handle: the index is resolved once per key path.
-            var key = StoreKeys.indexPrefix(index.typeTag, index.indexTag)
-            value.appendIndexComponent(to: &key)
-            if !key.isLossy { return try indexCount(key) }
-        }
+        // As through a handle: the index is resolved once per key path.
+        if let n = try catalog.exactIndexCount(keyPath, R.self, equals: value, indexCount) { return n }
         return try read { try $0.count(type, where: keyPath, equals: value) }
     }
     /// The records matching `descriptor`.
@@ -39,9 +35,8 @@ extension Store {
     /// The number of records matching `descriptor`'s predicate.
     public func fetchCount<R: Record>(_ descriptor: FetchDescriptor<R>) throws -> Int {
         // `field == constant` on a single-field index: one count, as through a handle.
-        if let predicate = descriptor.predicate, let (condition, keyPath) = PredicateAnalyzer.soleEquality(of: predicate),
-           let key = catalog.exactIndexKey(keyPath, R.self, condition) {
-            return try indexCount(key)
+        if let expression = descriptor.expression, let n = try PredicateAnalyzer.exactIndexCount(of: expression, descriptor, in: catalog, indexCount) {
+            return n
         }
         return try read { try $0.fetchCount(descriptor) }
     }

@@ -82,11 +82,12 @@ func bytes(_ value: MDB_val) -> [UInt8] {
     return Array(UnsafeRawBufferPointer(start: data, count: value.mv_size))
 }
 
+/// Runs one LMDB call with `source` as an `MDB_val`; answers the call's status code.
 @inline(__always)
-func withVal<R>(_ source: some ByteSource, _ body: (inout MDB_val) throws -> R) rethrows -> R {
-    try source.withByteBuffer { buffer in
+func withVal(_ source: some ByteSource, _ body: (inout MDB_val) -> Int32) -> Int32 {
+    source.withLMDBBytes { buffer in
         var val = MDB_val(mv_size: buffer.count, mv_data: UnsafeMutableRawPointer(mutating: buffer.baseAddress))
-        return try body(&val)
+        return body(&val)
     }
 }
 
@@ -271,7 +272,7 @@ extension TransactionReading {
     }
 
     func checkKey(_ key: some ByteSource, _ db: Database, _ operation: String) throws(LMDBError) {
-        let size = key.withByteBuffer { $0.count }
+        let size = key.byteCount
         if size > LMDBLimits.maxKeySize || size == 0 {
             throw LMDBError(code: size == 0 ? .badValueSize : .keyTooLong, operation: "\(operation) \(db.name)", path: path,
                             detail: "key is \(size) bytes; LMDB keys must be 1...\(LMDBLimits.maxKeySize)")

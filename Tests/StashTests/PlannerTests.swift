@@ -543,4 +543,56 @@ import StashTestSupport
         #expect(scan.access == .scan)
         #expect(scan.description.contains("scan"))
     }
+
+    /// A lone `field == constant` is counted straight from the index, read through the
+    /// expression's type; every spelling, in a snapshot, in a write transaction with pending
+    /// writes, and for keys the index holds only in part (long strings), counts what the
+    /// predicate itself says.
+    @Test func soleEqualityCountsMatchThePredicateInEverySpelling() throws {
+        let dir = TemporaryDirectory()
+        let store = try Store.open(at: dir.path, types: [Tagged.self])
+        let long1 = String(repeating: "s", count: 130) + "1", long2 = String(repeating: "s", count: 130) + "2"
+        var records = [Tagged(tag: long1, note: nil), Tagged(tag: long1, note: "x"), Tagged(tag: long2, note: nil),
+                       Tagged(tag: long2, note: nil), Tagged(tag: long2, note: "y"), Tagged(tag: "a", note: "")]
+        try store.write { tx in for r in records { try tx.insert(r) } }
+
+        func check(_ reading: some StoreReading, _ records: [Tagged], _ context: String) throws {
+            for tag in [long1, long2, "a", "zz"] {
+                let expected = records.filter { $0.tag == tag }.count
+                let fieldFirst = FetchDescriptor<Tagged>(predicate: #Predicate { $0.tag == tag })
+                let constantFirst = FetchDescriptor<Tagged>(predicate: #Predicate { tag == $0.tag })
+                #expect(try reading.fetchCount(fieldFirst) == expected, "\(context): $0.tag == \(tag.suffix(3))")
+                #expect(try reading.fetchCount(constantFirst) == expected, "\(context): \(tag.suffix(3)) == $0.tag")
+                #expect(try reading.count(Tagged.self, where: \.tag, equals: tag) == expected, "\(context): count(where:)")
+            }
+            for note in [nil, "", "x", "q"] as [String?] {
+                let expected = records.filter { $0.note == note }.count
+                let descriptor = FetchDescriptor<Tagged>(predicate: #Predicate { $0.note == note })
+                #expect(try reading.fetchCount(descriptor) == expected, "\(context): $0.note == \(String(describing: note))")
+            }
+        }
+        for tag in [long1, long2, "a", "zz"] {
+            #expect(try store.fetchCount(FetchDescriptor<Tagged>(predicate: #Predicate { $0.tag == tag }))
+                    == records.filter { $0.tag == tag }.count, "store: \(tag.suffix(3))")
+        }
+        try store.read { try check($0, records, "snapshot") }
+        try store.write { tx in
+            let more = [Tagged(tag: long1, note: nil), Tagged(tag: "zz", note: "q")]
+            for r in more { try tx.insert(r) }
+            try tx.delete(Tagged.self, id: records[2].id)
+            var pending = records + more
+            pending.remove(at: 2)
+            try check(tx, pending, "write transaction")
+            records = pending
+        }
+        try store.read { try check($0, records, "after commit") }
+    }
 }
+
+struct Tagged: Record, Equatable {
+    var id = RecordID()
+    var tag: String
+    var note: String?
+    static let indexes: [RecordIndex<Tagged>] = [.index(\.tag), .index(\.note)]
+}
+
