@@ -167,6 +167,14 @@ enum StoreKeys {
         return key
     }
 
+    /// An index entry's value: the record id's 16 bytes (built in place, no allocation).
+    static func indexValue(_ id: RecordID) -> KeyBytes {
+        var value = KeyBytes()
+        value.appendBigEndian(id.high)
+        value.appendBigEndian(id.low)
+        return value
+    }
+
     static func typePrefix(_ type: UInt16) -> [UInt8] { [UInt8(type >> 8), UInt8(type & 0xFF)] }
 
     /// `index`: type tag (2) + index tag (2) + components.

@@ -184,14 +184,18 @@ struct RecordVersions: Equatable {
         if tombstone != nil { flags |= 2 }
         w.bytes.append(flags)
         // Distinct versions in first-use order: incarnation, tombstone, then fields by tag.
-        let tags = fields.keys.sorted()
+        // The fields are sorted once as pairs: no dictionary lookup per tag.
+        var entries: [(tag: UInt16, version: Version)] = []
+        entries.reserveCapacity(fields.count)
+        for (tag, version) in fields { entries.append((tag, version)) }
+        entries.sort { $0.tag < $1.tag }
         var table: [Version] = []
-        table.reserveCapacity(2 + tags.count)
+        table.reserveCapacity(2 + entries.count)
         func index(_ v: Version) -> Int { table.firstIndex(of: v) ?? table.count }
         func note(_ v: Version?) { if let v, index(v) == table.count { table.append(v) } }
         note(incarnation)
         note(tombstone)
-        for tag in tags { note(fields[tag]) }
+        for entry in entries { note(entry.version) }
         w.varint(UInt64(table.count))
         for v in table {
             w.varint(v.clock)
@@ -200,10 +204,10 @@ struct RecordVersions: Equatable {
         }
         if let incarnation { w.varint(UInt64(index(incarnation))) }
         if let tombstone { w.varint(UInt64(index(tombstone))) }
-        w.varint(UInt64(tags.count))
-        for tag in tags {
-            w.varint(UInt64(tag))
-            w.varint(UInt64(index(fields[tag]!)))
+        w.varint(UInt64(entries.count))
+        for entry in entries {
+            w.varint(UInt64(entry.tag))
+            w.varint(UInt64(index(entry.version)))
         }
         return w.bytes
     }

@@ -184,7 +184,7 @@ final class WriteContext: FieldTagResolver {
         if oldBytes == bytes && (merged == nil || merged == oldVersions) { return false }
         let new = try decodeStored(bytes, type.name, id)
         let old = try oldBytes.map { try decodeStored($0, type.name, id) }
-        let idBytes = id.bytes
+        let idBytes = StoreKeys.indexValue(id)
         // Check every unique index before changing anything, so a refused write (or a
         // merge that settles a clash differently) leaves no partial index change behind.
         var keyChanges: [(old: KeyBytes?, new: KeyBytes)] = []
@@ -243,7 +243,7 @@ final class WriteContext: FieldTagResolver {
         let key = StoreKeys.record(type.tag, id)
         guard let oldBytes = try txn.get(dbs.records, key: key) else { return false }
         let old = try decodeStored(oldBytes, type.name, id)
-        let idBytes = id.bytes
+        let idBytes = StoreKeys.indexValue(id)
         for index in type.indexes {
             try txn.delete(dbs.index, key: try indexKey(index, layout, old), value: idBytes)
         }
