@@ -23,6 +23,19 @@ final class Catalog: Sendable {
         layoutsByTag = byTag
     }
 
+    private let layoutsByType = Mutex<[ObjectIdentifier: TypeLayout]>([:])
+
+    /// The layout of record type `R`, or nil when this catalog lacks it. Resolved once per
+    /// type and catalog: one lock and one pointer-keyed lookup instead of the type's name
+    /// (itself a cached lookup) and a string-keyed one. O(1).
+    func layout<R: Record>(of type: R.Type) -> TypeLayout? {
+        let key = ObjectIdentifier(type)
+        if let hit = layoutsByType.withLock({ $0[key] }) { return hit }
+        guard let layout = layoutsByName[R.recordType] else { return nil }
+        layoutsByType.withLock { $0[key] = layout }
+        return layout
+    }
+
     /// A single-field index found from a key path (see ``singleFieldIndex(_:type:)``).
     struct ResolvedIndex: @unchecked Sendable {
         let typeTag: UInt16

@@ -35,6 +35,12 @@ public struct RecordReader {
     var dbs: StoreDatabases { store.dbs }
     var path: String { store.path }
 
+    /// ``layout(_:)-(String)`` of a typed record, resolved once per type.
+    func layout<R: Record>(_ type: R.Type) throws -> TypeLayout {
+        if let layout = catalog.layout(of: type) { return layout }
+        return try layout(R.recordType)
+    }
+
     func layout(_ name: String) throws -> TypeLayout {
         if let layout = catalog.layoutsByName[name] { return layout }
         // Perhaps another process added the type since we last looked.
@@ -117,7 +123,7 @@ public struct RecordReader {
     }
 
     func plan<R: Record>(_ descriptor: FetchDescriptor<R>) throws -> (QueryPlan, TypeLayout) {
-        let layout = try layout(R.recordType)
+        let layout = try layout(R.self)
         guard let predicate = descriptor.predicate else {
             return (QueryPlanner.plan(type: layout.schema, conditions: [], hasResidual: false), layout)
         }
@@ -142,13 +148,15 @@ public struct RecordReader {
 extension StoreReading {
     /// The record with `id`, or nil. O(log n): one B-tree lookup and a decode.
     public func get<R: Record>(_ type: R.Type, id: RecordID) throws -> R? {
-        let layout = try reader.layout(R.recordType)
-        return try reader.bytes(layout, id).map { try reader.decode(R.self, $0, id, layout) }
+        let reader = reader   // one copy of the reader, not one per use
+        let layout = try reader.layout(R.self)
+        guard let bytes = try reader.bytes(layout, id) else { return nil }
+        return try reader.decode(R.self, bytes, id, layout)
     }
 
     /// The number of records of a type. O(1): one lookup in `counts`.
     public func count<R: Record>(_ type: R.Type) throws -> Int {
-        try reader.storedCount(try reader.layout(R.recordType).schema.tag)
+        try reader.storedCount(try reader.layout(R.self).schema.tag)
     }
 
     /// The number of records whose `keyPath` equals `value`.

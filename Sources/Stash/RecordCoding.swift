@@ -14,10 +14,12 @@ protocol FieldTagResolver: AnyObject {
 final class RecordEncoder: Encoder {
     var codingPath: [any CodingKey] = []
     var userInfo: [CodingUserInfoKey: Any] { [:] }
-    var writer = ByteWriter(capacity: 256)
-    var fieldCount = 0
+    // One encoder serves one encode on one thread: the runtime's exclusivity checks on these
+    // hot properties (several per field) are left out.
+    @exclusivity(unchecked) var writer = ByteWriter(capacity: 256)
+    @exclusivity(unchecked) var fieldCount = 0
     /// The schema slot after the previous field (a hint for the resolver).
-    var cursor = 0
+    @exclusivity(unchecked) var cursor = 0
     var pending: [(String, EncodingNode)] = []
     let resolver: any FieldTagResolver
     var failure: (any Error)?
@@ -201,7 +203,8 @@ final class RecordDecoder: Decoder {
     let layout: TypeLayout
     /// The slot after the last field looked up (see ``TypeLayout/slot(of:hint:)``). A class,
     /// not a struct, for this: as a `Decoder` existential the struct was boxed on the heap anyway.
-    var cursor = 0
+    /// One decoder serves one decode on one thread: no runtime exclusivity check.
+    @exclusivity(unchecked) var cursor = 0
 
     init(record: EncodedRecord, id: RecordID, layout: TypeLayout) {
         self.record = record
@@ -305,8 +308,8 @@ struct RecordKeyedDecoder<Key: CodingKey>: KeyedDecodingContainerProtocol {
         if T.self == UUID.self || T.self == RecordID.self {
             var reader = ByteReader(decoder.record.bytes, range: range)
             if try reader.kind() == .uuid {
-                let uuid = try reader.payloadUUID()
-                return (T.self == UUID.self ? uuid as! T : RecordID(uuid) as! T)
+                let id = try reader.payloadRecordID()
+                return (T.self == UUID.self ? id.uuid as! T : id as! T)
             }
         }
         return try decodeValue(type, range, key)

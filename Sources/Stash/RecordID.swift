@@ -26,9 +26,11 @@ public struct RecordID: Hashable, Comparable, Sendable, CustomStringConvertible 
     }
 
     public init(_ uuid: UUID) {
-        let u = uuid.uuid
-        let b = [u.0, u.1, u.2, u.3, u.4, u.5, u.6, u.7, u.8, u.9, u.10, u.11, u.12, u.13, u.14, u.15]
-        self.init(bytes: b[...])!
+        let (high, low) = withUnsafeBytes(of: uuid.uuid) { raw in
+            (UInt64(bigEndian: raw.loadUnaligned(as: UInt64.self)),
+             UInt64(bigEndian: raw.loadUnaligned(fromByteOffset: 8, as: UInt64.self)))
+        }
+        self.init(high: high, low: low)
     }
 
     /// Reads 16 big-endian bytes; nil when `bytes` is not 16 bytes long.

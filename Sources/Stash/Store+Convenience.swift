@@ -96,7 +96,7 @@ extension StoreReading {
         if !key.isLossy { return try reader.txn.duplicateCount(index.database, key: key) }
         // A string longer than the indexed prefix: check each candidate's real value.
         let expected = try FieldValue(encoding: value)
-        let layout = try reader.layout(R.recordType)
+        let layout = try reader.layout(R.self)
         var n = 0
         try reader.txn.forEachDuplicate(index.database, key: key) { idBytes in
             guard let id = RecordID(bytes: idBytes[...]), let bytes = try reader.bytes(layout, id) else { return true }

@@ -71,7 +71,7 @@ extension StoreReading {
     /// record lacks the field), read from the stored bytes without decoding the rest of the
     /// record; nil when there is no such record. One B-tree lookup.
     public func indexedValue<R: Record, V: IndexableValue>(of index: IndexHandle<R, V>, id: RecordID) throws -> FieldValue? {
-        let layout = try reader.layout(R.recordType)
+        let layout = try reader.layout(R.self)
         guard let bytes = try reader.bytes(layout, id) else { return nil }
         return try fieldValue(index.field, layout, EncodedRecord(bytes))
     }
@@ -93,7 +93,7 @@ extension StoreReading {
                                                              limit: Int) throws -> [RecordID]? {
         let bounds = try historyBounds()
         guard token >= bounds.purgedThrough, token <= bounds.current else { return nil }
-        let layout = try reader.layout(R.recordType)
+        let layout = try reader.layout(R.self)
         let indexed = layout.schema.indexes.first { $0.tag == index.indexTag }?.fields ?? [index.field]
         let fieldTags = indexed.compactMap { layout.tagsByName[$0] }
         var ids: [RecordID] = []

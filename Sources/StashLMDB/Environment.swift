@@ -428,10 +428,12 @@ public struct EnvironmentInfo: Sendable {
 /// on that thread goes ahead, and a resize asked for from it is refused with an error.
 final class TransactionGate: @unchecked Sendable {
     private let condition = NSCondition()
-    private var active = 0
-    private var resizing = false
+    // Read and written under `condition` only, so the runtime's exclusivity checks (two per
+    // property access, on every transaction) are left out.
+    @exclusivity(unchecked) private var active = 0
+    @exclusivity(unchecked) private var resizing = false
     /// Open transactions per thread id.
-    private var holders: [UInt: Int] = [:]
+    @exclusivity(unchecked) private var holders: [UInt: Int] = [:]
 
     func enter() {
         let me = currentThreadID()
@@ -503,7 +505,8 @@ final class WriterLock: @unchecked Sendable {
 /// Recycled read transaction handles (`mdb_txn_reset` / `mdb_txn_renew`).
 final class ReaderPool: @unchecked Sendable {
     private let lock = NSLock()
-    private var idle: [TransactionHandle] = []
+    /// Under `lock` only: no runtime exclusivity check.
+    @exclusivity(unchecked) private var idle: [TransactionHandle] = []
     private let capacity: Int
 
     init(capacity: Int) {

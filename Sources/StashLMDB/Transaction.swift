@@ -4,8 +4,9 @@ import CLMDB
 /// Opaque outside this module.
 public final class TransactionHandle {
     var txn: OpaquePointer?
-    /// Cursors cached per database; read handles keep them across `mdb_txn_renew`.
-    private var cursors: [(dbi: MDB_dbi, cursor: OpaquePointer, fresh: Bool)] = []
+    /// Cursors cached per database; read handles keep them across `mdb_txn_renew`. Used by
+    /// the one thread running the transaction: no runtime exclusivity check.
+    @exclusivity(unchecked) private var cursors: [(dbi: MDB_dbi, cursor: OpaquePointer, fresh: Bool)] = []
     /// Set when LMDB reported MDB_MAP_FULL, even if the caller swallowed the error.
     var sawMapFull = false
 
