@@ -204,7 +204,8 @@ struct ByteReader {
     mutating func payloadData() throws -> Data {
         let n = try varint()
         guard n <= UInt64(end - offset) else { throw RecordFormatError(reason: "byte length \(n) beyond the record at byte \(offset)") }
-        return Data(try take(Int(n)))
+        // From the contiguous bytes: `Data(slice)` goes through the generic sequence initializer.
+        return try take(Int(n)).withUnsafeBytes { Data($0) }
     }
 
     mutating func payloadUUID() throws -> UUID { try payloadRecordID().uuid }
