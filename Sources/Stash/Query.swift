@@ -313,12 +313,11 @@ enum PredicateAnalyzer {
         return (conditions, residual)
     }
 
-    /// `count(key)` of the index key whose duplicate count answers `predicate` exactly when
-    /// the whole predicate is one `field == constant` on a single-field index (the commonest
-    /// count); nil otherwise. `$0.field == captured` is read through its type without
-    /// allocating; other spellings (constant first, an expression to evaluate) through
-    /// ``soleEquality(of:)``.
-    /// `expression` is `descriptor`'s predicate's.
+    /// `count(key)` of the index key whose duplicate count answers `descriptor`'s predicate
+    /// (whose expression is `expression`) exactly when the whole predicate is one
+    /// `field == constant` on a single-field index (the commonest count); nil otherwise.
+    /// `$0.field == captured` is read through its type without allocating; other spellings
+    /// (constant first, an expression to evaluate) through ``soleEquality(of:)``.
     static func exactIndexCount<R: Record>(of expression: any StandardPredicateExpression<Bool>, _ descriptor: FetchDescriptor<R>,
                                            in catalog: Catalog, _ count: (KeyBytes) throws -> Int) throws -> Int? {
         func read<E: PredicateExpression>(_ expression: E) throws -> Int?? {
