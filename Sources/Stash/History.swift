@@ -81,6 +81,29 @@ extension HistoryEntry {
         return w.bytes
     }
 
+    /// Calls `body(typeTag, id, operation, writesFields)` for each change of a stored entry,
+    /// reading in place (no allocation): `writesFields` tells whether the change wrote one of
+    /// `fields` (tags). For hot readers that need only which records changed.
+    static func forEachChange(in bytes: [UInt8], writing fields: [UInt16],
+                              _ body: (UInt16, RecordID, HistoryChange.Operation, Bool) throws -> Void) throws {
+        var r = ByteReader(bytes)
+        guard try r.byte() == 1 else { throw RecordFormatError(reason: "unknown history entry format") }
+        _ = try r.take(8 + 16)                       // timestamp, origin
+        _ = try r.take(Int(try r.varint()))          // author
+        for _ in 0..<(try r.varint()) {
+            let hi = try r.byte(), lo = try r.byte()
+            let id = try r.payloadRecordID()
+            let opByte = try r.byte()
+            guard let op = HistoryChange.Operation(rawValue: opByte & 0x7F) else { throw RecordFormatError(reason: "bad operation") }
+            if opByte & 0x80 != 0 { _ = try r.take(16) }
+            var writes = false
+            for _ in 0..<(try r.varint()) {
+                if fields.contains(UInt16(truncatingIfNeeded: try r.varint())) { writes = true }
+            }
+            try body(UInt16(hi) << 8 | UInt16(lo), id, op, writes)
+        }
+    }
+
     static func decodeStored(_ bytes: [UInt8]) throws -> (timestamp: Date, origin: RecordID, author: String?, changes: [HistoryChange.Stored]) {
         var r = ByteReader(bytes)
         guard try r.byte() == 1 else { throw RecordFormatError(reason: "unknown history entry format") }

@@ -298,6 +298,20 @@ struct EncodedRecord {
         return nil
     }
 
+    /// The value of field `tag` in a stored record's `bytes`, found by walking its field table
+    /// in place, without building the table: for reading one field of a record.
+    static func value(of tag: UInt16, in bytes: [UInt8]) throws -> FieldValue? {
+        var reader = ByteReader(bytes)
+        let version = try reader.byte()
+        guard version == RecordFormat.version else { throw RecordFormatError(reason: "unknown record format \(version)") }
+        let count = Int(try reader.byte()) | Int(try reader.byte()) << 8
+        for _ in 0..<count {
+            if try reader.varint() == UInt64(tag) { return try reader.value() }
+            try reader.skipValue()
+        }
+        return nil
+    }
+
     /// ``range(of:)``, looking at position `hint` first (records written by one Codable type
     /// hold their fields in the order of its schema).
     @inline(__always)

@@ -73,7 +73,8 @@ extension StoreReading {
     public func indexedValue<R: Record, V: IndexableValue>(of index: IndexHandle<R, V>, id: RecordID) throws -> FieldValue? {
         let layout = try reader.layout(R.self)
         guard let bytes = try reader.bytes(layout, id) else { return nil }
-        return try fieldValue(index.field, layout, EncodedRecord(bytes))
+        if let tag = layout.tagsByName[index.field], let value = try EncodedRecord.value(of: tag, in: bytes) { return value }
+        return layout.defaults[index.field] ?? .null
     }
 
     /// The records of `index`'s type that may have changed group since `token`: the ids
@@ -98,19 +99,20 @@ extension StoreReading {
         let fieldTags = indexed.compactMap { layout.tagsByName[$0] }
         var ids: [RecordID] = []
         var looked = 0
-        func consider(_ change: HistoryChange.Stored) {
+        func consider(_ typeTag: UInt16, _ id: RecordID, _ operation: HistoryChange.Operation, _ writesField: Bool) {
             looked += 1
-            guard change.typeTag == index.typeTag else { return }
-            if change.operation != .update || change.fieldTags.contains(where: fieldTags.contains) { ids.append(change.id) }
+            if typeTag == index.typeTag, operation != .update || writesField { ids.append(id) }
         }
         var start = KeyBytes()
         start.appendBigEndian(token.sequence &+ 1)
         try reader.txn.scan(reader.dbs.history, from: .atOrAfter(start)) { key, value in
             guard key.count == 8 else { return true }
-            for change in try HistoryEntry.decodeStored(value).changes { consider(change) }
+            try HistoryEntry.forEachChange(in: value, writing: fieldTags, consider)
             return looked <= limit
         }
-        for change in reader.pendingChanges { consider(change) }
+        for change in reader.pendingChanges {
+            consider(change.typeTag, change.id, change.operation, change.fieldTags.contains(where: fieldTags.contains))
+        }
         return looked <= limit ? ids : nil
     }
 }
