@@ -172,7 +172,13 @@ final class WriteContext: FieldTagResolver {
         let type = layout.schema
         let key = StoreKeys.record(type.tag, id)
         // `absent`: the caller has just seen that neither a record nor versions exist.
-        let oldBytes = absent ? nil : try txn.get(dbs.records, key: key)
+        let oldVersions = absent ? nil : try versions(layout, id)
+        // Every stored record has a versions entry (a delete leaves its tombstone there, and
+        // `verify` checks the rule), so an insert of an id without versions cannot collide:
+        // one lookup instead of two. The record put below refuses to overwrite, should a
+        // damaged store break the rule.
+        let fresh = absent || (mode == .insert && oldVersions == nil)
+        let oldBytes = fresh ? nil : try txn.get(dbs.records, key: key)
         switch (mode, oldBytes) {
         case (.insert, .some):
             throw StoreError(.duplicateID, "store \(path): \(type.name) \(id) already exists; use upsert or update to replace it")
@@ -180,7 +186,6 @@ final class WriteContext: FieldTagResolver {
             throw StoreError(.notFound, "store \(path): no \(type.name) with id \(id) to update")
         default: break
         }
-        let oldVersions = absent ? nil : try versions(layout, id)
         if oldBytes == bytes && (merged == nil || merged == oldVersions) { return false }
         let new = try decodeStored(bytes, type.name, id)
         let old = try oldBytes.map { try decodeStored($0, type.name, id) }
@@ -202,7 +207,12 @@ final class WriteContext: FieldTagResolver {
             if let oldKey = change.old { try txn.delete(dbs.index, key: oldKey, value: idBytes) }
             try txn.put(dbs.index, key: change.new, value: idBytes)
         }
-        try txn.put(dbs.records, key: key, value: bytes)
+        do {
+            try txn.put(dbs.records, key: key, value: bytes, flags: fresh ? .noOverwrite : [])
+        } catch {
+            guard error.code == .keyExists else { throw error }
+            throw StoreError(.corrupted, "store \(path): \(type.name) \(id) is stored without versions; run `stash verify \(path)`")
+        }
         var tags: [UInt16] = []
         if let old {
             for field in new.fields where old.rawValue(of: field.tag) != new.bytes[field.range] { tags.append(field.tag) }

@@ -68,4 +68,46 @@ import StashTestSupport
         #expect(report.problems.contains { $0.contains(items[7].id.description) && $0.contains("decode") }, "\(text)")
         #expect(report.description.contains("problem"))
     }
+
+    /// An insert looks for the id's versions only (every stored record has them). Should a
+    /// damaged store hold a record without versions, inserting its id again must fail and
+    /// roll back, not overwrite the record behind its index entries.
+    @Test func insertOverARecordWithoutVersionsFailsCleanly() throws {
+        let dir = TemporaryDirectory()
+        let store = try Store.open(at: dir.path, types: [Home.self, Item.self])
+        let home = Home(name: "h")
+        let item = Item(homeID: home.id, name: "original", category: "c", wearCount: 1, price: 1)
+        try store.write { tx in
+            try tx.insert(home)
+            try tx.insert(item)
+        }
+        // The store's environment (one per path): drop the item's versions behind its back.
+        let env = try Environment.open(path: dir.path)
+        let versions = try env.database("versions")
+        let victim = Self.bytes(item.id)
+        try env.write { txn in
+            var key: [UInt8]?
+            try txn.scan(versions, from: ScanStart<[UInt8]>.first) { k, _ in
+                if k.suffix(16).elementsEqual(victim) { key = k; return false }
+                return true
+            }
+            #expect(try txn.delete(versions, key: try #require(key)))
+        }
+        #expect(try store.verify().problems.contains { $0.contains("no versions entry") })
+
+        var again = item
+        again.name = "overwritten"
+        again.homeID = RecordID()
+        do {
+            try store.insert(again)
+            Issue.record("inserting over a record without versions succeeded")
+        } catch let error as StoreError {
+            #expect(error.code == .corrupted)
+            #expect(error.message.contains("verify"))
+        }
+        #expect(try store.get(Item.self, id: item.id) == item)
+        #expect(try store.count(Item.self, where: \.homeID, equals: again.homeID) == 0)
+        #expect(try store.count(Item.self) == 1)
+    }
 }
+
