@@ -197,11 +197,7 @@ struct RecordVersions: Equatable {
         note(tombstone)
         for entry in entries { note(entry.version) }
         w.varint(UInt64(table.count))
-        for v in table {
-            w.varint(v.clock)
-            w.bigEndian(v.site.high)
-            w.bigEndian(v.site.low)
-        }
+        for v in table { Self.write(v, &w) }
         if let incarnation { w.varint(UInt64(index(incarnation))) }
         if let tombstone { w.varint(UInt64(index(tombstone))) }
         w.varint(UInt64(entries.count))
@@ -210,6 +206,32 @@ struct RecordVersions: Equatable {
             w.varint(UInt64(index(entry.version)))
         }
         return w.bytes
+    }
+
+    /// ``encoded()`` of a record just inserted: every field in `fieldTags` at `incarnation`.
+    /// The same bytes, without building the field table.
+    static func encoded(incarnation: Version, tombstone: Version?, fieldTags: [UInt16]) -> [UInt8] {
+        var w = ByteWriter(capacity: 48 + 4 * fieldTags.count)
+        w.bytes.append(1)
+        w.bytes.append(tombstone == nil ? 1 : 3)
+        let separateTombstone = tombstone.map { $0 != incarnation } ?? false
+        w.varint(separateTombstone ? 2 : 1)
+        write(incarnation, &w)
+        if separateTombstone, let tombstone { write(tombstone, &w) }
+        w.varint(0)
+        if tombstone != nil { w.varint(separateTombstone ? 1 : 0) }
+        w.varint(UInt64(fieldTags.count))
+        for tag in fieldTags.sorted() {
+            w.varint(UInt64(tag))
+            w.varint(0)
+        }
+        return w.bytes
+    }
+
+    private static func write(_ version: Version, _ w: inout ByteWriter) {
+        w.varint(version.clock)
+        w.bigEndian(version.site.high)
+        w.bigEndian(version.site.low)
     }
 
     init(incarnation: Version?, tombstone: Version?, fields: [UInt16: Version]) {

@@ -221,25 +221,25 @@ final class WriteContext: FieldTagResolver {
             countDeltas[type.tag, default: 0] += 1
             tags = new.fields.map(\.tag)
         }
-        var versions: RecordVersions
+        let versionBytes: [UInt8]
         if let merged {
-            versions = merged
+            if tags.isEmpty, let oldVersions {
+                tags = merged.fields.filter { oldVersions.fields[$0.key] != $0.value }.map(\.key)
+            }
+            versionBytes = merged.encoded()
+        } else if old == nil {
+            // A (re-)insert starts an incarnation newer than any delete of this id, and every
+            // field written carries it.
+            let tombstone = oldVersions?.tombstone
+            let incarnation = bumped(try writeVersion(), over: tombstone)
+            versionBytes = RecordVersions.encoded(incarnation: incarnation, tombstone: tombstone, fieldTags: tags)
         } else {
             let version = try writeVersion()
-            versions = oldVersions ?? RecordVersions(incarnation: nil, tombstone: nil, fields: [:])
-            if old == nil {
-                // A (re-)insert starts an incarnation newer than any delete of this id.
-                let incarnation = bumped(version, over: versions.tombstone)
-                versions.incarnation = incarnation
-                versions.fields = Dictionary(uniqueKeysWithValues: tags.map { ($0, incarnation) })
-            } else {
-                for tag in tags { versions.fields[tag] = bumped(version, over: versions.fields[tag]) }
-            }
+            var versions = oldVersions ?? RecordVersions(incarnation: nil, tombstone: nil, fields: [:])
+            for tag in tags { versions.fields[tag] = bumped(version, over: versions.fields[tag]) }
+            versionBytes = versions.encoded()
         }
-        if merged != nil, tags.isEmpty, let oldVersions {
-            tags = versions.fields.filter { oldVersions.fields[$0.key] != $0.value }.map(\.key)
-        }
-        try txn.put(dbs.versions, key: key, value: versions.encoded())
+        try txn.put(dbs.versions, key: key, value: versionBytes)
         changes.append(.init(typeTag: type.tag, id: id, operation: old == nil ? .insert : .update, fieldTags: tags, origin: origin))
         return true
     }
