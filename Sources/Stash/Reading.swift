@@ -311,20 +311,20 @@ public struct StoreTransaction: StoreReading {
 
     /// Adds a record. - Throws: `.duplicateID` if the id exists, `.uniqueViolation`.
     public func insert<R: Record>(_ record: R) throws {
-        let (layout, bytes) = try context.encode(record)
-        try context.put(layout, id: record.id, bytes: bytes, mode: .insert)
+        let (layout, encoded) = try context.encode(record)
+        try context.put(layout, id: record.id, record: encoded, mode: .insert)
     }
 
     /// Adds or replaces a record.
     public func upsert<R: Record>(_ record: R) throws {
-        let (layout, bytes) = try context.encode(record)
-        try context.put(layout, id: record.id, bytes: bytes, mode: .upsert)
+        let (layout, encoded) = try context.encode(record)
+        try context.put(layout, id: record.id, record: encoded, mode: .upsert)
     }
 
     /// Replaces an existing record. - Throws: `.notFound` when there is none.
     public func update<R: Record>(_ record: R) throws {
-        let (layout, bytes) = try context.encode(record)
-        try context.put(layout, id: record.id, bytes: bytes, mode: .update)
+        let (layout, encoded) = try context.encode(record)
+        try context.put(layout, id: record.id, record: encoded, mode: .update)
     }
 
     /// Reads, changes and writes back one record. - Throws: `.notFound`.
@@ -349,8 +349,8 @@ public struct StoreTransaction: StoreReading {
 
     /// Writes a record given as field values through the stored schema.
     public func put(_ record: GenericRecord, replacing: Bool = true) throws {
-        let (layout, bytes) = try context.encode(record)
-        try context.put(layout, id: record.id, bytes: bytes, mode: replacing ? .upsert : .insert)
+        let (layout, encoded) = try context.encode(record)
+        try context.put(layout, id: record.id, record: encoded, mode: replacing ? .upsert : .insert)
     }
 
     /// Deletes a record by type name. - Returns: false when there was none.

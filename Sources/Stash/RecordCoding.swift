@@ -20,6 +20,8 @@ final class RecordEncoder: Encoder {
     @exclusivity(unchecked) var fieldCount = 0
     /// The schema slot after the previous field (a hint for the resolver).
     @exclusivity(unchecked) var cursor = 0
+    /// Each field's tag and the range of its value in `writer`, as written.
+    @exclusivity(unchecked) var fields: [(tag: UInt16, range: Range<Int>)] = []
     var pending: [(String, EncodingNode)] = []
     let resolver: any FieldTagResolver
     var failure: (any Error)?
@@ -29,14 +31,14 @@ final class RecordEncoder: Encoder {
         writer.beginRecord()
     }
 
-    static func encode(_ record: some Encodable, resolver: any FieldTagResolver) throws -> [UInt8] {
+    static func encode(_ record: some Encodable, resolver: any FieldTagResolver) throws -> EncodedRecord {
         let encoder = RecordEncoder(resolver: resolver)
         try record.encode(to: encoder)
         return try encoder.finish()
     }
 
     /// Encodes a generic record's fields (no Codable involved).
-    static func encode(fields: [String: FieldValue], resolver: any FieldTagResolver) throws -> [UInt8] {
+    static func encode(fields: [String: FieldValue], resolver: any FieldTagResolver) throws -> EncodedRecord {
         let encoder = RecordEncoder(resolver: resolver)
         for name in fields.keys.sorted() where name != "id" {
             let value = fields[name]!
@@ -47,18 +49,23 @@ final class RecordEncoder: Encoder {
     }
 
     /// Encodes fields whose tags are known, in the given order (no Codable, no resolver).
-    static func encode(tagged fields: [(tag: UInt16, value: FieldValue)]) -> [UInt8] {
+    static func encode(tagged fields: [(tag: UInt16, value: FieldValue)]) -> EncodedRecord {
         var writer = ByteWriter(capacity: 256)
+        var table: [(tag: UInt16, range: Range<Int>)] = []
+        table.reserveCapacity(fields.count)
         writer.beginRecord()
         for field in fields {
             writer.varint(UInt64(field.tag))
+            let start = writer.bytes.count
             writer.value(field.value)
+            table.append((field.tag, start..<writer.bytes.count))
         }
         writer.finishRecord(fieldCount: fields.count)
-        return writer.bytes
+        return EncodedRecord(encoded: writer.bytes, fields: table)
     }
 
-    func finish() throws -> [UInt8] {
+    /// The record written, with its field table (so that nobody parses it again).
+    func finish() throws -> EncodedRecord {
         if let failure { throw failure }
         for (name, node) in pending {
             let value = node.resolved
@@ -66,7 +73,7 @@ final class RecordEncoder: Encoder {
         }
         pending.removeAll()
         writer.finishRecord(fieldCount: fieldCount)
-        return writer.bytes
+        return EncodedRecord(encoded: writer.bytes, fields: fields)
     }
 
     @inline(__always)
@@ -74,7 +81,9 @@ final class RecordEncoder: Encoder {
         let (tag, slot) = try resolver.tag(for: name, kind: kind, hint: cursor)
         cursor = slot + 1
         writer.varint(UInt64(tag))
+        let start = writer.bytes.count
         write(&writer)
+        fields.append((tag, start..<writer.bytes.count))
         fieldCount += 1
     }
 

@@ -276,6 +276,12 @@ struct EncodedRecord {
     let bytes: [UInt8]
     private(set) var fields: [(tag: UInt16, range: Range<Int>)] = []
 
+    /// A record the encoder has just written, with the field table it wrote: nothing to parse.
+    init(encoded bytes: [UInt8], fields: [(tag: UInt16, range: Range<Int>)]) {
+        self.bytes = bytes
+        self.fields = fields
+    }
+
     init(_ bytes: [UInt8]) throws {
         self.bytes = bytes
         var reader = ByteReader(bytes)

@@ -97,8 +97,8 @@ struct SchemaMerger {
                     catch { throw StoreError(.incompatibleSchema, "store \(path): migration \(migration.version) failed on \(type.name) \(id): \(describe(error))") }
                     record.id = id
                     record.type = type.name
-                    let (newLayout, newBytes) = try context.encode(record)
-                    try context.put(newLayout, id: id, bytes: newBytes, mode: .upsert)
+                    let (newLayout, encoded) = try context.encode(record)
+                    try context.put(newLayout, id: id, record: encoded, mode: .upsert)
                     if n % 10_000 == 0 || n == all.count - 1 { report(phase, n + 1, all.count) }
                 }
             }

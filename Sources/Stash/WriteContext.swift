@@ -139,18 +139,18 @@ final class WriteContext: FieldTagResolver {
 
     // MARK: Encoding
 
-    func encode<R: Record>(_ record: R) throws -> (TypeLayout, [UInt8]) {
+    func encode<R: Record>(_ record: R) throws -> (TypeLayout, EncodedRecord) {
         encodingType = R.recordType
         encodingLayout = nil
-        let bytes = try RecordEncoder.encode(record, resolver: self)
-        return (try currentEncodingLayout(), bytes)
+        let encoded = try RecordEncoder.encode(record, resolver: self)
+        return (try currentEncodingLayout(), encoded)
     }
 
-    func encode(_ record: GenericRecord) throws -> (TypeLayout, [UInt8]) {
+    func encode(_ record: GenericRecord) throws -> (TypeLayout, EncodedRecord) {
         encodingType = record.type
         encodingLayout = nil
-        let bytes = try RecordEncoder.encode(fields: record.fields, resolver: self)
-        return (try currentEncodingLayout(), bytes)
+        let encoded = try RecordEncoder.encode(fields: record.fields, resolver: self)
+        return (try currentEncodingLayout(), encoded)
     }
 
     // MARK: Record writes
@@ -167,7 +167,7 @@ final class WriteContext: FieldTagResolver {
     /// version. A merge passes the merged versions and the origin of the change.
     /// - Returns: false when nothing changed (same bytes and versions).
     @discardableResult
-    func put(_ layout: TypeLayout, id: RecordID, bytes: [UInt8], mode: WriteMode,
+    func put(_ layout: TypeLayout, id: RecordID, record new: EncodedRecord, mode: WriteMode,
              versions merged: RecordVersions? = nil, origin: RecordID? = nil, absent: Bool = false) throws -> Bool {
         let type = layout.schema
         let key = StoreKeys.record(type.tag, id)
@@ -186,8 +186,7 @@ final class WriteContext: FieldTagResolver {
             throw StoreError(.notFound, "store \(path): no \(type.name) with id \(id) to update")
         default: break
         }
-        if oldBytes == bytes && (merged == nil || merged == oldVersions) { return false }
-        let new = try decodeStored(bytes, type.name, id)
+        if oldBytes == new.bytes && (merged == nil || merged == oldVersions) { return false }
         let old = try oldBytes.map { try decodeStored($0, type.name, id) }
         let idBytes = StoreKeys.indexValue(id)
         // Check every unique index before changing anything, so a refused write (or a
@@ -208,7 +207,7 @@ final class WriteContext: FieldTagResolver {
             try txn.put(dbs.index, key: change.new, value: idBytes)
         }
         do {
-            try txn.put(dbs.records, key: key, value: bytes, flags: fresh ? .noOverwrite : [])
+            try txn.put(dbs.records, key: key, value: new.bytes, flags: fresh ? .noOverwrite : [])
         } catch {
             guard error.code == .keyExists else { throw error }
             throw StoreError(.corrupted, "store \(path): \(type.name) \(id) is stored without versions; run `stash verify \(path)`")
@@ -313,9 +312,9 @@ final class WriteContext: FieldTagResolver {
             changes.append(.init(typeTag: layout.schema.tag, id: state.id, operation: .delete, fieldTags: [], origin: origin))
             return true
         }
-        let bytes = RecordEncoder.encode(tagged: values.map { ($0.tag, $0.value) })
+        let encoded = RecordEncoder.encode(tagged: values.map { ($0.tag, $0.value) })
         do {
-            return try put(layout, id: state.id, bytes: bytes, mode: .upsert, versions: versions, origin: origin, absent: absent)
+            return try put(layout, id: state.id, record: encoded, mode: .upsert, versions: versions, origin: origin, absent: absent)
         } catch let clash as UniqueClash {
             // The same logical record created on two replicas: keep the smaller id.
             if clash.other < state.id {
@@ -329,7 +328,7 @@ final class WriteContext: FieldTagResolver {
                 return true
             }
             try remove(layout, id: clash.other)
-            return try put(layout, id: state.id, bytes: bytes, mode: .upsert, versions: versions, origin: origin)
+            return try put(layout, id: state.id, record: encoded, mode: .upsert, versions: versions, origin: origin)
         }
     }
 
