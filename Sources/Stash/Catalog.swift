@@ -69,7 +69,7 @@ final class Catalog: Sendable {
     /// allocation; the key (511 bytes of storage) is lent to `count`, never copied.
     func exactIndexCount<R: Record, V: IndexableValue>(_ keyPath: AnyKeyPath, _ type: R.Type, equals value: V,
                                                       _ count: (KeyBytes) throws -> Int) rethrows -> Int? {
-        guard let index = singleFieldIndex(keyPath, type: { R.recordType }) else { return nil }
+        guard V.indexComponentMatchesStoredForm, let index = singleFieldIndex(keyPath, type: { R.recordType }) else { return nil }
         var key = StoreKeys.indexPrefix(index.typeTag, index.indexTag)
         value.appendIndexComponent(to: &key)
         return key.isLossy ? nil : try count(key)

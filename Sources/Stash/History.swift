@@ -84,13 +84,16 @@ extension HistoryEntry {
     /// Calls `body(typeTag, id, operation, writesFields)` for each change of a stored entry,
     /// reading in place (no allocation): `writesFields` tells whether the change wrote one of
     /// `fields` (tags). For hot readers that need only which records changed.
-    static func forEachChange(in bytes: [UInt8], writing fields: [UInt16],
-                              _ body: (UInt16, RecordID, HistoryChange.Operation, Bool) throws -> Void) throws {
+    /// - Returns: false, without calling `body`, when the entry holds more than `limit` changes.
+    static func forEachChange(in bytes: [UInt8], writing fields: [UInt16], limit: Int,
+                              _ body: (UInt16, RecordID, HistoryChange.Operation, Bool) throws -> Void) throws -> Bool {
         var r = ByteReader(bytes)
         guard try r.byte() == 1 else { throw RecordFormatError(reason: "unknown history entry format") }
         _ = try r.take(8 + 16)                       // timestamp, origin
         _ = try r.take(Int(try r.varint()))          // author
-        for _ in 0..<(try r.varint()) {
+        let count = try r.varint()
+        guard count <= UInt64(max(0, limit)) else { return false }
+        for _ in 0..<count {
             let hi = try r.byte(), lo = try r.byte()
             let id = try r.payloadRecordID()
             let opByte = try r.byte()
@@ -102,6 +105,7 @@ extension HistoryEntry {
             }
             try body(UInt16(hi) << 8 | UInt16(lo), id, op, writes)
         }
+        return true
     }
 
     static func decodeStored(_ bytes: [UInt8]) throws -> (timestamp: Date, origin: RecordID, author: String?, changes: [HistoryChange.Stored]) {

@@ -9,6 +9,15 @@ import StashLMDB
 public protocol IndexableValue: Sendable, Encodable {
     /// Appends this value's key component. Allocation-free for every built-in conformance.
     func appendIndexComponent(to key: inout KeyBytes)
+    /// True when ``appendIndexComponent(to:)`` writes exactly the component the store writes
+    /// for this value's stored (`Encodable`) form, as every conformance in Stash does: counts
+    /// by key path and index handle then build the key from the value itself. A conformance of
+    /// your own gets `false`, and those counts build the key from the stored form instead.
+    static var indexComponentMatchesStoredForm: Bool { get }
+}
+
+extension IndexableValue {
+    public static var indexComponentMatchesStoredForm: Bool { false }
 }
 
 /// The primitive component encodings, shared by the typed conformances and ``FieldValue``
@@ -81,54 +90,71 @@ enum IndexComponent {
 }
 
 extension Bool: IndexableValue {
+    public static var indexComponentMatchesStoredForm: Bool { true }
     public func appendIndexComponent(to key: inout KeyBytes) { IndexComponent.bool(self, &key) }
 }
 extension Int: IndexableValue {
+    public static var indexComponentMatchesStoredForm: Bool { true }
     public func appendIndexComponent(to key: inout KeyBytes) { IndexComponent.int(Int64(self), &key) }
 }
 extension Int64: IndexableValue {
+    public static var indexComponentMatchesStoredForm: Bool { true }
     public func appendIndexComponent(to key: inout KeyBytes) { IndexComponent.int(self, &key) }
 }
 extension Int32: IndexableValue {
+    public static var indexComponentMatchesStoredForm: Bool { true }
     public func appendIndexComponent(to key: inout KeyBytes) { IndexComponent.int(Int64(self), &key) }
 }
 extension Int16: IndexableValue {
+    public static var indexComponentMatchesStoredForm: Bool { true }
     public func appendIndexComponent(to key: inout KeyBytes) { IndexComponent.int(Int64(self), &key) }
 }
 extension Int8: IndexableValue {
+    public static var indexComponentMatchesStoredForm: Bool { true }
     public func appendIndexComponent(to key: inout KeyBytes) { IndexComponent.int(Int64(self), &key) }
 }
 extension UInt32: IndexableValue {
+    public static var indexComponentMatchesStoredForm: Bool { true }
     public func appendIndexComponent(to key: inout KeyBytes) { IndexComponent.int(Int64(self), &key) }
 }
 extension UInt16: IndexableValue {
+    public static var indexComponentMatchesStoredForm: Bool { true }
     public func appendIndexComponent(to key: inout KeyBytes) { IndexComponent.int(Int64(self), &key) }
 }
 extension UInt8: IndexableValue {
+    public static var indexComponentMatchesStoredForm: Bool { true }
     public func appendIndexComponent(to key: inout KeyBytes) { IndexComponent.int(Int64(self), &key) }
 }
 extension Double: IndexableValue {
+    public static var indexComponentMatchesStoredForm: Bool { true }
     public func appendIndexComponent(to key: inout KeyBytes) { IndexComponent.double(self, &key) }
 }
 extension Float: IndexableValue {
+    public static var indexComponentMatchesStoredForm: Bool { true }
     public func appendIndexComponent(to key: inout KeyBytes) { IndexComponent.double(Double(self), &key) }
 }
 extension String: IndexableValue {
+    public static var indexComponentMatchesStoredForm: Bool { true }
     public func appendIndexComponent(to key: inout KeyBytes) { IndexComponent.string(self, &key) }
 }
 extension UUID: IndexableValue {
+    public static var indexComponentMatchesStoredForm: Bool { true }
     public func appendIndexComponent(to key: inout KeyBytes) { IndexComponent.uuid(self, &key) }
 }
 extension RecordID: IndexableValue {
+    public static var indexComponentMatchesStoredForm: Bool { true }
     public func appendIndexComponent(to key: inout KeyBytes) { IndexComponent.recordID(self, &key) }
 }
 extension Date: IndexableValue {
+    public static var indexComponentMatchesStoredForm: Bool { true }
     public func appendIndexComponent(to key: inout KeyBytes) { IndexComponent.double(timeIntervalSince1970, &key) }
 }
 extension Data: IndexableValue {
+    public static var indexComponentMatchesStoredForm: Bool { true }
     public func appendIndexComponent(to key: inout KeyBytes) { IndexComponent.bytes(self, &key) }
 }
 extension Optional: IndexableValue where Wrapped: IndexableValue {
+    public static var indexComponentMatchesStoredForm: Bool { Wrapped.indexComponentMatchesStoredForm }
     public func appendIndexComponent(to key: inout KeyBytes) {
         switch self {
         case .none: IndexComponent.null(&key)
@@ -138,6 +164,7 @@ extension Optional: IndexableValue where Wrapped: IndexableValue {
 }
 
 extension FieldValue: IndexableValue {
+    public static var indexComponentMatchesStoredForm: Bool { true }
     public func appendIndexComponent(to key: inout KeyBytes) {
         switch self {
         case .null: IndexComponent.null(&key)

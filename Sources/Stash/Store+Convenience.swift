@@ -62,7 +62,9 @@ extension Store {
     public func count<R: Record, V: IndexableValue>(_ index: IndexHandle<R, V>, equals value: V) throws -> Int {
         var key = StoreKeys.indexPrefix(index.typeTag, index.indexTag)
         value.appendIndexComponent(to: &key)
-        if key.isLossy { return try read { snapshot in try snapshot.count(index, equals: value) } }
+        // A type of the app's own, or a string longer than the indexed prefix: the snapshot's
+        // count builds the key from the stored form and rechecks candidates.
+        if key.isLossy || !V.indexComponentMatchesStoredForm { return try read { snapshot in try snapshot.count(index, equals: value) } }
         return try indexCount(key)
     }
 
@@ -92,7 +94,11 @@ extension StoreReading {
     /// The number of records whose indexed field equals `value`. O(1), no allocation.
     public func count<R: Record, V: IndexableValue>(_ index: IndexHandle<R, V>, equals value: V) throws -> Int {
         var key = StoreKeys.indexPrefix(index.typeTag, index.indexTag)
-        value.appendIndexComponent(to: &key)
+        if V.indexComponentMatchesStoredForm {
+            value.appendIndexComponent(to: &key)
+        } else {
+            try FieldValue(encoding: value).appendIndexComponent(to: &key)   // as the index stores it
+        }
         if !key.isLossy { return try reader.txn.duplicateCount(index.database, key: key) }
         // A string longer than the indexed prefix: check each candidate's real value.
         let expected = try FieldValue(encoding: value)

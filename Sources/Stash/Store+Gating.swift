@@ -51,6 +51,8 @@ extension StoreReading {
 
     /// The groups of `index` (values of its `RecordID` field, such as a parent id) that more
     /// than `size` records share, with their sizes: "which homes hold more than 10 items?".
+    /// Records without a value (stored through the generic API without the field) are in no
+    /// group, unlike in ``largestGroupCount(_:)``, which counts them as one.
     ///
     /// O(distinct values), like ``largestGroupCount(_:)``; the answer is usually short, and
     /// ``changedRecords(in:after:limit:)`` lets a caller keep it up to date from history
@@ -86,9 +88,9 @@ extension StoreReading {
     /// exact without a new walk: only groups listed before, and the groups the listed records
     /// are in now, can have grown past the limit or fallen back under it.
     ///
-    /// - Returns: nil when the changes after `token` cannot be read (purged, or `token` is
-    ///   newer than what this transaction sees), or when more than `limit` changes were looked
-    ///   at: count from scratch then.
+    /// - Returns: nil when the changes after `token` cannot be read (purged, `token` newer than
+    ///   what this transaction sees, or an entry this library cannot decode), or when there are
+    ///   more than `limit` of them: count from scratch then.
     /// Work is proportional to the changes read, at most `limit`, not to the store size.
     public func changedRecords<R: Record, V: IndexableValue>(in index: IndexHandle<R, V>, after token: HistoryToken,
                                                              limit: Int) throws -> [RecordID]? {
@@ -103,16 +105,24 @@ extension StoreReading {
             looked += 1
             if typeTag == index.typeTag, operation != .update || writesField { ids.append(id) }
         }
+        let pending = reader.pendingChanges
+        guard pending.count <= limit else { return nil }
         var start = KeyBytes()
         start.appendBigEndian(token.sequence &+ 1)
-        try reader.txn.scan(reader.dbs.history, from: .atOrAfter(start)) { key, value in
-            guard key.count == 8 else { return true }
-            try HistoryEntry.forEachChange(in: value, writing: fieldTags, consider)
-            return looked <= limit
+        var complete = true
+        do {
+            try reader.txn.scan(reader.dbs.history, from: .atOrAfter(start)) { key, value in
+                guard key.count == 8 else { return true }
+                complete = try HistoryEntry.forEachChange(in: value, writing: fieldTags, limit: limit - pending.count - looked, consider)
+                return complete
+            }
+        } catch is RecordFormatError {
+            return nil   // an entry written by a newer library, or damaged: the caller counts instead
         }
-        for change in reader.pendingChanges {
+        guard complete else { return nil }
+        for change in pending {
             consider(change.typeTag, change.id, change.operation, change.fieldTags.contains(where: fieldTags.contains))
         }
-        return looked <= limit ? ids : nil
+        return ids
     }
 }

@@ -242,11 +242,12 @@ struct NamedLimitCounter: LimitCounter {
     }
 
     /// Walks every record of the type: a named counter has no typed index handle to follow.
+    /// Records without a parent belong to no group, as for a typed limit.
     func groupsOver<S: StoreReading>(_ maximum: Int, _ reading: S, since base: GroupsOver.Base?) throws -> GroupsOver {
         guard let field else { return GroupsOver(walkedAny: try total(reading) > maximum) }
         var groups: [FieldValue: Int] = [:]
         try reading.forEachRecord(typeNamed: type) { record in
-            groups[record.fields[field] ?? .null, default: 0] += 1
+            if let parent = record.fields[field], parent != .null { groups[parent, default: 0] += 1 }
             return true
         }
         return GroupsOver(walkedAny: groups.values.contains { $0 > maximum })

@@ -159,7 +159,8 @@ struct Gate: ParsableCommand {
             if snapshot.schema.type(named: itemType) != nil {
                 var groups: [FieldValue: Int] = [:]
                 try snapshot.forEachRecord(typeNamed: itemType) { record in
-                    groups[record.fields[parentField] ?? .null, default: 0] += 1
+                    // As the gate counts: a record without a parent is in no group.
+                    if let parent = record.fields[parentField], parent != .null { groups[parent, default: 0] += 1 }
                     return true
                 }
                 let largest = groups.values.max() ?? 0

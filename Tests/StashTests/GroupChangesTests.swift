@@ -1,5 +1,6 @@
 import Foundation
 import Stash
+import StashLMDB
 import Testing
 import StashTestSupport
 
@@ -104,4 +105,26 @@ import StashTestSupport
             #expect(try snapshot.changedRecords(in: index, after: two, limit: 10)?.count == 1)
         }
     }
+
+    /// An entry this library cannot decode (written by a newer one, or damaged) makes the
+    /// answer "count from scratch", not an error that a quota check would turn into a denial.
+    @Test func anUndecodableEntryMeansCountFromScratch() throws {
+        let dir = TemporaryDirectory()
+        let store = try Store.open(at: dir.path, types: [Home.self, Item.self])
+        let index = try store.index(\Item.homeID)
+        let home = RecordID()
+        try store.insert(item(home, "one"))
+        let one = try store.currentToken()
+        try store.insert(item(home, "two"))
+        let env = try Environment.open(path: dir.path)
+        let history = try env.database("history")
+        var key = KeyBytes()
+        key.appendBigEndian(one.sequence + 1)
+        try env.write { txn in try txn.put(history, key: key, value: [UInt8]([9, 9, 9])) }
+        try store.read { snapshot throws in
+            #expect(try snapshot.changedRecords(in: index, after: one, limit: 10) == nil)
+            #expect(try snapshot.changedRecords(in: index, after: .beginning, limit: 10) == nil)
+        }
+    }
 }
+

@@ -1,5 +1,6 @@
 import Foundation
 import Stash
+import StashLMDB
 import Testing
 import StashTestSupport
 
@@ -587,6 +588,24 @@ import StashTestSupport
         }
         try store.read { try check($0, records, "after commit") }
     }
+
+    /// A value type of the app's own whose index component differs from its stored form: the
+    /// counts must use the stored form (what the index holds), not the type's own component.
+    @Test func countsOfAnAppsOwnIndexableTypeUseTheStoredForm() throws {
+        let dir = TemporaryDirectory()
+        let store = try Store.open(at: dir.path, types: [Labelled.self])
+        try store.write { tx in
+            for name in ["Red", "Red", "red", "Blue"] { try tx.insert(Labelled(label: Label(name: name))) }
+        }
+        let red = Label(name: "Red")
+        #expect(try store.count(Labelled.self, where: \.label, equals: red) == 2)
+        #expect(try store.count(store.index(\Labelled.label), equals: red) == 2)
+        #expect(try store.fetchCount(FetchDescriptor<Labelled>(predicate: #Predicate { $0.label == red })) == 2)
+        try store.read { snapshot throws in
+            #expect(try snapshot.count(Labelled.self, where: \.label, equals: red) == 2)
+            #expect(try snapshot.fetchCount(FetchDescriptor<Labelled>(predicate: #Predicate { $0.label == red })) == 2)
+        }
+    }
 }
 
 struct Tagged: Record, Equatable {
@@ -594,5 +613,24 @@ struct Tagged: Record, Equatable {
     var tag: String
     var note: String?
     static let indexes: [RecordIndex<Tagged>] = [.index(\.tag), .index(\.note)]
+}
+
+/// Stored as its name (a single string), but its own index component lowercases the name, as an
+/// app might write one by mistake.
+struct Label: IndexableValue, Codable, Hashable {
+    var name: String
+    init(name: String) { self.name = name }
+    init(from decoder: any Decoder) throws { name = try decoder.singleValueContainer().decode(String.self) }
+    func encode(to encoder: any Encoder) throws {
+        var container = encoder.singleValueContainer()
+        try container.encode(name)
+    }
+    func appendIndexComponent(to key: inout KeyBytes) { name.lowercased().appendIndexComponent(to: &key) }
+}
+
+struct Labelled: Record, Equatable {
+    var id = RecordID()
+    var label: Label
+    static let indexes: [RecordIndex<Labelled>] = [.index(\.label)]
 }
 
