@@ -28,6 +28,7 @@ final class RecordEncoder: Encoder {
 
     init(resolver: any FieldTagResolver) {
         self.resolver = resolver
+        fields.reserveCapacity(16)   // one allocation for most records, not one per doubling
         writer.beginRecord()
     }
 
