@@ -94,7 +94,11 @@ enum Fixtures {
 
     /// A private copy of the fixture, for benchmarks that write.
     static func copy<E: Engine>(_ engine: E.Type, items n: Int, name: String) throws -> URL {
-        let source = try ensure(engine, items: n)
+        try copy(ensure(engine, items: n), name: name)
+    }
+
+    /// A private scratch copy of the store files in `source` (not its marker or lock file).
+    static func copy(_ source: URL, name: String) throws -> URL {
         let directory = try scratch(name)
         for file in try FileManager.default.contentsOfDirectory(atPath: source.path)
         where file != "complete" && file != "lock.mdb" {

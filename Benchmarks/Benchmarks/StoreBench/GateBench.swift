@@ -124,11 +124,7 @@ func registerGateAfterMove(n: Int) {
                 try Fixtures.ensure(StashEngine.self, items: n)
             }
             // A private copy: the moves must not touch the fixture the other gate benchmarks read.
-            let copy = try Fixtures.scratch("gate-after-move-\(group)")
-            for file in try FileManager.default.contentsOfDirectory(atPath: source.path)
-            where file != "complete" && file != "lock.mdb" {
-                try FileManager.default.copyItem(at: source.appendingPathComponent(file), to: copy.appendingPathComponent(file))
-            }
+            let copy = try Fixtures.copy(source, name: "gate-after-move-\(group)")
             m.directory = copy
             Fixtures.warm(copy)
             s.engine = try StashGateEngine(gateDirectory: copy, limits: limits, durability: .none)
