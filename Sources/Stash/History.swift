@@ -64,17 +64,16 @@ extension HistoryEntry {
     static func encode(timestamp: Date, origin: RecordID, author: String?, changes: [HistoryChange.Stored]) -> [UInt8] {
         var w = ByteWriter(capacity: 32 + changes.count * 24)
         w.bytes.append(1)
-        let bits = timestamp.timeIntervalSince1970.bitPattern
-        for shift in stride(from: 0, to: 64, by: 8) { w.bytes.append(UInt8(truncatingIfNeeded: bits >> UInt64(shift))) }
-        w.bytes.append(contentsOf: origin.bytes)
+        w.littleEndian(timestamp.timeIntervalSince1970.bitPattern)
+        w.recordID(origin)
         w.rawString(author ?? "")
         w.varint(UInt64(changes.count))
         for change in changes {
             w.bytes.append(UInt8(change.typeTag >> 8))
             w.bytes.append(UInt8(change.typeTag & 0xFF))
-            w.bytes.append(contentsOf: change.id.bytes)
+            w.recordID(change.id)
             w.bytes.append(change.operation.rawValue | (change.origin == nil ? 0 : 0x80))
-            if let origin = change.origin { w.bytes.append(contentsOf: origin.bytes) }
+            if let origin = change.origin { w.recordID(origin) }
             w.varint(UInt64(change.fieldTags.count))
             for tag in change.fieldTags { w.varint(UInt64(tag)) }
         }

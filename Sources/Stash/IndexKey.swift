@@ -73,14 +73,8 @@ enum IndexComponent {
         key.append(0)
     }
 
-    static func uuid(_ value: UUID, _ key: inout KeyBytes) {
-        key.append(1)
-        let u = value.uuid
-        key.append(u.0); key.append(u.1); key.append(u.2); key.append(u.3)
-        key.append(u.4); key.append(u.5); key.append(u.6); key.append(u.7)
-        key.append(u.8); key.append(u.9); key.append(u.10); key.append(u.11)
-        key.append(u.12); key.append(u.13); key.append(u.14); key.append(u.15)
-    }
+    /// A UUID's 16 bytes in order: the same component as ``recordID(_:_:)`` of that UUID.
+    static func uuid(_ value: UUID, _ key: inout KeyBytes) { recordID(RecordID(value), &key) }
 
     static func recordID(_ value: RecordID, _ key: inout KeyBytes) {
         key.append(1)

@@ -230,9 +230,8 @@ protocol PlannerEqualType { static func plannerOperands<V>(of value: V) -> (Any,
 /// lookup, cached by the runtime per type), its key path and constant then read as typed
 /// values: no operand is boxed, cast or encoded through `Encodable`.
 protocol PlannerFieldEquality {
-    /// ``Catalog/exactIndexCount(_:_:equals:_:)`` for `expression`, which is of this type.
-    static func exactIndexCount<E, R: Record>(of expression: E, _ type: R.Type, in catalog: Catalog,
-                                              _ count: (KeyBytes) throws -> Int) rethrows -> Int?
+    /// ``Catalog/exactIndexCount(_:_:equals:_:)`` for this expression.
+    func exactIndexCount<R: Record>(_ type: R.Type, in catalog: Catalog, _ count: (KeyBytes) throws -> Int) rethrows -> Int?
 }
 /// `$0.field`: a key path expression on the predicate's variable.
 protocol PlannerRecordField { var plannerField: AnyKeyPath { get } }
@@ -255,13 +254,11 @@ extension PredicateExpressions.Equal: PlannerEqualType {
 }
 extension PredicateExpressions.Equal: PlannerFieldEquality
 where LHS: PlannerRecordField, RHS: PlannerConstant, RHS.Constant == LHS.Output, LHS.Output: IndexableValue {
-    static func exactIndexCount<E, R: Record>(of expression: E, _ type: R.Type, in catalog: Catalog,
-                                              _ count: (KeyBytes) throws -> Int) rethrows -> Int? {
-        let equal = expression as! Self   // E is Self: the caller found Self through E's metatype
-        let value = equal.rhs.plannerConstant
+    func exactIndexCount<R: Record>(_ type: R.Type, in catalog: Catalog, _ count: (KeyBytes) throws -> Int) rethrows -> Int? {
+        let value = rhs.plannerConstant
         // NaN equals nothing, yet an index lookup would find stored NaNs: leave it to the planner.
         guard value == value else { return nil }
-        return try catalog.exactIndexCount(equal.lhs.plannerField, R.self, equals: value, count)
+        return try catalog.exactIndexCount(lhs.plannerField, R.self, equals: value, count)
     }
 }
 // Read as `AnyKeyPath` and the constant through its witness, so that the generic code above
@@ -322,7 +319,12 @@ enum PredicateAnalyzer {
                                            in catalog: Catalog, _ count: (KeyBytes) throws -> Int) throws -> Int? {
         func read<E: PredicateExpression>(_ expression: E) throws -> Int?? {
             guard let equality = E.self as? any PlannerFieldEquality.Type else { return nil }
-            return .some(try equality.exactIndexCount(of: expression, R.self, in: catalog, count))
+            // The value is cast to the type just found (a copy: E is that type), never to an
+            // existential, which would box its four words on the heap.
+            func typed<T: PlannerFieldEquality>(_ type: T.Type) throws -> Int? {
+                try (expression as! T).exactIndexCount(R.self, in: catalog, count)
+            }
+            return .some(try typed(equality))
         }
         if let typed = try read(expression) { return typed }
         guard let predicate = descriptor.predicate, let (condition, keyPath) = soleEquality(of: predicate),

@@ -16,7 +16,7 @@ final class RecordEncoder: Encoder {
     var userInfo: [CodingUserInfoKey: Any] { [:] }
     // One encoder serves one encode on one thread: the runtime's exclusivity checks on these
     // hot properties (several per field) are left out.
-    @exclusivity(unchecked) var writer = ByteWriter(capacity: 256)
+    @exclusivity(unchecked) var writer: ByteWriter
     @exclusivity(unchecked) var fieldCount = 0
     /// The schema slot after the previous field (a hint for the resolver).
     @exclusivity(unchecked) var cursor = 0
@@ -26,14 +26,17 @@ final class RecordEncoder: Encoder {
     let resolver: any FieldTagResolver
     var failure: (any Error)?
 
-    init(resolver: any FieldTagResolver) {
+    /// `capacity`: the bytes to reserve (the caller's guess of the record's size: one
+    /// allocation for the record, not one per doubling).
+    init(resolver: any FieldTagResolver, capacity: Int = 256) {
         self.resolver = resolver
+        writer = ByteWriter(capacity: capacity)
         fields.reserveCapacity(16)   // one allocation for most records, not one per doubling
         writer.beginRecord()
     }
 
-    static func encode(_ record: some Encodable, resolver: any FieldTagResolver) throws -> EncodedRecord {
-        let encoder = RecordEncoder(resolver: resolver)
+    static func encode(_ record: some Encodable, resolver: any FieldTagResolver, capacity: Int = 256) throws -> EncodedRecord {
+        let encoder = RecordEncoder(resolver: resolver, capacity: capacity)
         try record.encode(to: encoder)
         return try encoder.finish()
     }
@@ -127,13 +130,18 @@ struct RecordKeyedEncoder<Key: CodingKey>: KeyedEncodingContainerProtocol {
         try encoder.field(key.stringValue, .int) { $0.int(value) }
     }
     mutating func encode<T: Encodable>(_ value: T, forKey key: Key) throws {
-        if key.stringValue == "id", value is RecordID { return }
-        switch value {
-        case let v as UUID: try encoder.field(key.stringValue, .uuid) { $0.uuid(v) }
-        case let v as RecordID: try encoder.field(key.stringValue, .uuid) { $0.uuid(v.uuid) }
-        case let v as Date: try encoder.field(key.stringValue, .date) { $0.double(v.timeIntervalSince1970, kind: .date) }
-        case let v as Data: try encoder.field(key.stringValue, .bytes) { $0.data(v) }
-        default:
+        // The built-in field types are told apart by comparing metatypes: a failed `as?` cast
+        // costs hundreds of instructions, and a record has several such fields.
+        if T.self == RecordID.self, let v = value as? RecordID {
+            if key.stringValue == "id" { return }
+            try encoder.field(key.stringValue, .uuid) { $0.uuid(v) }
+        } else if T.self == Date.self, let v = value as? Date {
+            try encoder.field(key.stringValue, .date) { $0.double(v.timeIntervalSince1970, kind: .date) }
+        } else if T.self == Data.self, let v = value as? Data {
+            try encoder.field(key.stringValue, .bytes) { $0.data(v) }
+        } else if T.self == UUID.self, let v = value as? UUID {
+            try encoder.field(key.stringValue, .uuid) { $0.uuid(RecordID(v)) }
+        } else {
             let fieldValue = try FieldValue(encoding: value)
             if fieldValue == .null { return }
             try encoder.field(key.stringValue, fieldValue.kind) { $0.value(fieldValue) }
@@ -179,6 +187,8 @@ final class TypeLayout: Sendable {
     private let slotsByName: [String: Int]
     /// The `Counter` fields (merged as PN-counters).
     let counterNames: Set<String>
+    /// For each of `schema.indexes`, the tag of each of its fields (nil: not in the schema).
+    private let indexFieldTags: [[UInt16?]]
 
     init(_ schema: TypeSchema) {
         self.schema = schema
@@ -191,6 +201,17 @@ final class TypeLayout: Sendable {
         kinds = schema.fields.map(\.kind)
         slotsByName = Dictionary(schema.fields.indices.map { (schema.fields[$0].name, $0) }, uniquingKeysWith: { a, _ in a })
         counterNames = Set(schema.fields.filter { $0.counter == true }.map(\.name))
+        let tagsByName = self.tagsByName
+        indexFieldTags = schema.indexes.map { index in index.fields.map { tagsByName[$0] } }
+    }
+
+    /// The tags of `index`'s fields, in its order (nil for a field the schema lacks), found
+    /// without hashing a name; nil when `index` is not one of this type's. O(indexes).
+    func fieldTags(of index: IndexSchema) -> [UInt16?]? {
+        for (position, candidate) in schema.indexes.enumerated() where candidate.tag == index.tag {
+            return indexFieldTags[position]
+        }
+        return nil
     }
 
     /// The position of field `name` in ``names``, or nil for a field the schema lacks.

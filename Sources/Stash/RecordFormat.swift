@@ -27,7 +27,13 @@ struct ByteWriter {
 
     init(capacity: Int = 128) { bytes.reserveCapacity(capacity) }
 
+    @inline(__always)
     mutating func varint(_ value: UInt64) {
+        // Tags, lengths and counts are nearly always one byte.
+        if value < 0x80 { bytes.append(UInt8(truncatingIfNeeded: value)) } else { longVarint(value) }
+    }
+
+    private mutating func longVarint(_ value: UInt64) {
         var v = value
         while v >= 0x80 {
             bytes.append(UInt8(truncatingIfNeeded: v) | 0x80)
@@ -38,7 +44,18 @@ struct ByteWriter {
 
     /// 8 bytes, most significant first.
     mutating func bigEndian(_ value: UInt64) {
-        for shift in stride(from: 56, through: 0, by: -8) { bytes.append(UInt8(truncatingIfNeeded: value >> UInt64(shift))) }
+        withUnsafeBytes(of: value.bigEndian) { bytes.append(contentsOf: $0) }
+    }
+
+    /// 8 bytes, least significant first.
+    mutating func littleEndian(_ value: UInt64) {
+        withUnsafeBytes(of: value.littleEndian) { bytes.append(contentsOf: $0) }
+    }
+
+    /// An id's 16 bytes, as ``RecordID/bytes`` gives them (without building that array).
+    mutating func recordID(_ id: RecordID) {
+        bigEndian(id.high)
+        bigEndian(id.low)
     }
 
     mutating func int(_ value: Int64) {
@@ -48,8 +65,7 @@ struct ByteWriter {
 
     mutating func double(_ value: Double, kind: RecordFormat.Kind = .double) {
         bytes.append(kind.rawValue)
-        let bits = value.bitPattern
-        for shift in stride(from: 0, to: 64, by: 8) { bytes.append(UInt8(truncatingIfNeeded: bits >> UInt64(shift))) }
+        littleEndian(value.bitPattern)
     }
 
     mutating func string(_ value: String) {
@@ -72,13 +88,15 @@ struct ByteWriter {
     mutating func data(_ value: Data) {
         bytes.append(RecordFormat.Kind.bytes.rawValue)
         varint(UInt64(value.count))
-        bytes.append(contentsOf: value)
+        value.withUnsafeBytes { bytes.append(contentsOf: $0) }   // one copy, not a walk over `Data`
     }
 
-    mutating func uuid(_ value: UUID) {
+    mutating func uuid(_ value: UUID) { uuid(RecordID(value)) }
+
+    /// A UUID's 16 bytes in UUID order (a ``RecordID``'s high half first).
+    mutating func uuid(_ id: RecordID) {
         bytes.append(RecordFormat.Kind.uuid.rawValue)
-        let u = value.uuid
-        bytes.append(contentsOf: [u.0, u.1, u.2, u.3, u.4, u.5, u.6, u.7, u.8, u.9, u.10, u.11, u.12, u.13, u.14, u.15])
+        recordID(id)
     }
 
     mutating func bool(_ value: Bool) {

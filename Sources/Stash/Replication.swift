@@ -212,6 +212,13 @@ struct RecordVersions: Equatable {
     /// The same bytes, without building the field table.
     static func encoded(incarnation: Version, tombstone: Version?, fieldTags: [UInt16]) -> [UInt8] {
         var w = ByteWriter(capacity: 48 + 4 * fieldTags.count)
+        encode(incarnation: incarnation, tombstone: tombstone, fieldTags: fieldTags, into: &w)
+        return w.bytes
+    }
+
+    /// ``encoded(incarnation:tombstone:fieldTags:)`` appended to `w` (a writer the caller
+    /// reuses: no allocation once its buffer is large enough).
+    static func encode(incarnation: Version, tombstone: Version?, fieldTags: [UInt16], into w: inout ByteWriter) {
         w.bytes.append(1)
         w.bytes.append(tombstone == nil ? 1 : 3)
         let separateTombstone = tombstone.map { $0 != incarnation } ?? false
@@ -221,11 +228,12 @@ struct RecordVersions: Equatable {
         w.varint(0)
         if tombstone != nil { w.varint(separateTombstone ? 1 : 0) }
         w.varint(UInt64(fieldTags.count))
-        for tag in fieldTags.sorted() {
+        // A typed record's tags come in schema order, which is almost always tag order.
+        let isSorted = zip(fieldTags, fieldTags.dropFirst()).allSatisfy { $0 < $1 }
+        for tag in isSorted ? fieldTags : fieldTags.sorted() {
             w.varint(UInt64(tag))
             w.varint(0)
         }
-        return w.bytes
     }
 
     private static func write(_ version: Version, _ w: inout ByteWriter) {

@@ -10,6 +10,9 @@ enum WriteMode {
 /// changes that become this transaction's history entry. Every record write goes through
 /// ``put(_:id:bytes:mode:)`` or ``remove(_:id:)``: record, indexes, counts and history
 /// are updated together.
+///
+/// One context serves one write transaction on one thread, so the runtime's exclusivity
+/// checks on its hot properties (several per record) are left out.
 final class WriteContext: FieldTagResolver {
     let path: String
     let txn: WriteTransaction
@@ -17,16 +20,22 @@ final class WriteContext: FieldTagResolver {
     let siteID: RecordID
     let author: String?
     private(set) var catalog: Catalog
-    private var schemaChanged = false
-    private var encodingType = ""
-    private var encodingLayout: TypeLayout?
-    private var countDeltas: [UInt16: Int] = [:]
+    @exclusivity(unchecked) private var schemaChanged = false
+    @exclusivity(unchecked) private var encodingType = ""
+    @exclusivity(unchecked) private var encodingLayout: TypeLayout?
+    /// The capacity the next record encoding reserves (see ``encode(_:)``).
+    @exclusivity(unchecked) private var encodedSizeHint = 256
+    /// Buffers ``put(_:id:record:mode:versions:origin:absent:)`` reuses from one record to
+    /// the next: the index keys that change, and the bytes of a new record's versions.
+    @exclusivity(unchecked) private var keyChanges: [(old: KeyBytes?, new: KeyBytes)] = []
+    @exclusivity(unchecked) private var scratch = ByteWriter(capacity: 128)
+    @exclusivity(unchecked) private var countDeltas: [UInt16: Int] = [:]
     /// This transaction's changes so far: its history entry at commit.
-    private(set) var changes: [HistoryChange.Stored] = []
+    @exclusivity(unchecked) private(set) var changes: [HistoryChange.Stored] = []
     let now: @Sendable () -> Date
     /// The hybrid logical clock: the highest clock used or observed, persisted at commit.
-    private var lastClock: UInt64?
-    private var localVersion: Version?
+    @exclusivity(unchecked) private var lastClock: UInt64?
+    @exclusivity(unchecked) private var localVersion: Version?
 
     init(path: String, txn: WriteTransaction, dbs: StoreDatabases, catalog: Catalog, siteID: RecordID, author: String?,
          now: @escaping @Sendable () -> Date) {
@@ -140,9 +149,18 @@ final class WriteContext: FieldTagResolver {
     // MARK: Encoding
 
     func encode<R: Record>(_ record: R) throws -> (TypeLayout, EncodedRecord) {
-        encodingType = R.recordType
-        encodingLayout = nil
-        let encoded = try RecordEncoder.encode(record, resolver: self)
+        // By type first (a pointer-keyed lookup); by name when the catalog lacks the type,
+        // which then throws `.unknownType`.
+        if let layout = catalog.layout(of: R.self) {
+            encodingType = layout.schema.name
+            encodingLayout = layout
+        } else {
+            encodingType = R.recordType
+            encodingLayout = nil
+        }
+        // Records written together tend to be alike: reserve what the last one took.
+        let encoded = try RecordEncoder.encode(record, resolver: self, capacity: encodedSizeHint)
+        encodedSizeHint = max(256, encoded.bytes.count + 32)
         return (try currentEncodingLayout(), encoded)
     }
 
@@ -189,22 +207,11 @@ final class WriteContext: FieldTagResolver {
         if oldBytes == new.bytes && (merged == nil || merged == oldVersions) { return false }
         let old = try oldBytes.map { try decodeStored($0, type.name, id) }
         let idBytes = StoreKeys.indexValue(id)
-        // Check every unique index before changing anything, so a refused write (or a
-        // merge that settles a clash differently) leaves no partial index change behind.
-        var keyChanges: [(old: KeyBytes?, new: KeyBytes)] = []
-        for index in type.indexes {
-            let newKey = try indexKey(index, layout, new)
-            let oldKey = try old.map { try indexKey(index, layout, $0) }
-            if let oldKey, oldKey == newKey, !newKey.isLossy { continue }
-            if index.unique {
-                do { try checkUnique(index, layout, newKey, new, id) }
-                catch let clash as UniqueClash where merged == nil { throw clash.error }
-            }
-            keyChanges.append((oldKey, newKey))
-        }
-        for change in keyChanges {
-            if let oldKey = change.old { try txn.delete(dbs.index, key: oldKey, value: idBytes) }
-            try txn.put(dbs.index, key: change.new, value: idBytes)
+        if old == nil, !type.indexes.contains(where: \.unique) {
+            // A new record and no unique index: nothing to check first, no old key to remove.
+            for index in type.indexes { try txn.put(dbs.index, key: try indexKey(index, layout, new), value: idBytes) }
+        } else {
+            try changeIndexEntries(layout, id: id, idBytes: idBytes, old: old, new: new, merging: merged != nil)
         }
         do {
             try txn.put(dbs.records, key: key, value: new.bytes, flags: fresh ? .noOverwrite : [])
@@ -231,7 +238,9 @@ final class WriteContext: FieldTagResolver {
             // field written carries it.
             let tombstone = oldVersions?.tombstone
             let incarnation = bumped(try writeVersion(), over: tombstone)
-            versionBytes = RecordVersions.encoded(incarnation: incarnation, tombstone: tombstone, fieldTags: tags)
+            scratch.bytes.removeAll(keepingCapacity: true)
+            RecordVersions.encode(incarnation: incarnation, tombstone: tombstone, fieldTags: tags, into: &scratch)
+            versionBytes = scratch.bytes
         } else {
             let version = try writeVersion()
             var versions = oldVersions ?? RecordVersions(incarnation: nil, tombstone: nil, fields: [:])
@@ -241,6 +250,28 @@ final class WriteContext: FieldTagResolver {
         try txn.put(dbs.versions, key: key, value: versionBytes)
         changes.append(.init(typeTag: type.tag, id: id, operation: old == nil ? .insert : .update, fieldTags: tags, origin: origin))
         return true
+    }
+
+    /// Moves a record's index entries from `old` (nil: a new record) to `new`, checking every
+    /// unique index before changing anything, so that a refused write (or a merge that
+    /// settles a clash differently) leaves no partial index change behind.
+    private func changeIndexEntries(_ layout: TypeLayout, id: RecordID, idBytes: KeyBytes,
+                                    old: EncodedRecord?, new: EncodedRecord, merging: Bool) throws {
+        keyChanges.removeAll(keepingCapacity: true)
+        for index in layout.schema.indexes {
+            let newKey = try indexKey(index, layout, new)
+            let oldKey = try old.map { try indexKey(index, layout, $0) }
+            if let oldKey, oldKey == newKey, !newKey.isLossy { continue }
+            if index.unique {
+                do { try checkUnique(index, layout, newKey, new, id) }
+                catch let clash as UniqueClash where !merging { throw clash.error }
+            }
+            keyChanges.append((oldKey, newKey))
+        }
+        for change in keyChanges {
+            if let oldKey = change.old { try txn.delete(dbs.index, key: oldKey, value: idBytes) }
+            try txn.put(dbs.index, key: change.new, value: idBytes)
+        }
     }
 
     /// Deletes one record with its index entries and count, leaves a tombstone in its
@@ -408,15 +439,22 @@ final class WriteContext: FieldTagResolver {
 
 /// The value of field `name` in a stored record, or its schema default, or null.
 func fieldValue(_ name: String, _ layout: TypeLayout, _ record: EncodedRecord) throws -> FieldValue {
-    if let tag = layout.tagsByName[name], let value = try record.value(of: tag) { return value }
+    try fieldValue(name, tag: layout.tagsByName[name], layout, record)
+}
+
+/// ``fieldValue(_:_:_:)`` when the field's tag is known (nil: the schema lacks the field).
+private func fieldValue(_ name: String, tag: UInt16?, _ layout: TypeLayout, _ record: EncodedRecord) throws -> FieldValue {
+    if let tag, let value = try record.value(of: tag) { return value }
     return layout.defaults[name] ?? .null
 }
 
 /// The index key of a stored record: type tag, index tag, then each field's component.
 func indexKey(_ index: IndexSchema, _ layout: TypeLayout, _ record: EncodedRecord) throws -> KeyBytes {
     var key = StoreKeys.indexPrefix(layout.schema.tag, index.tag)
-    for name in index.fields {
-        try fieldValue(name, layout, record).appendIndexComponent(to: &key)
+    let tags = layout.fieldTags(of: index)
+    for (position, name) in index.fields.enumerated() {
+        let tag = tags.map { $0[position] } ?? layout.tagsByName[name]
+        try fieldValue(name, tag: tag, layout, record).appendIndexComponent(to: &key)
     }
     return key
 }
