@@ -92,7 +92,9 @@ public final class FeatureGate: Sendable {
     /// also sees its own uncommitted changes), starts from the parents cached for an older
     /// sequence and recounts only those and the parents of the records changed since
     /// (``LimitCounter/groupsOver(_:_:since:)``), so the walk runs once, not once per commit.
-    /// Only read snapshots fill the cache: a write transaction's changes have no sequence yet.
+    /// Only read snapshots fill the cache: a write transaction's changes have no sequence yet
+    /// (and an earlier writer of its group commit may still fail), so a write starts from the
+    /// latest committed state, which it counts in a read snapshot first (``committedParents``).
     typealias CountsCache = [RuleCounts]
 
     struct CacheState: Sendable {
@@ -505,7 +507,8 @@ public final class FeatureGate: Sendable {
                 sequence = try reading.historyBounds().current.sequence
                 counts.sequence = sequence
             }
-            let base = cached.sequence.flatMap { at in cached.groups.parents.map { (at, $0) } }
+            var base = cached.sequence.flatMap { at in cached.groups.parents.map { (at, $0) } }
+            if !isSnapshot, let committed = try committedParents(position, rule) { base = committed }
             counts.groups = try rule.counter.groupsOver(rule.maximum, reading, since: base)
             if counts.groups.walked { parentWalks.add(1, ordering: .relaxed) }
         }
@@ -517,6 +520,21 @@ public final class FeatureGate: Sendable {
             }
         }
         return counts
+    }
+
+    /// The parents over `rule`'s limit in the latest committed state, with its sequence: the
+    /// base a write transaction brings up to date with the history written since (earlier
+    /// writers of its group commit) and its own changes. Counted in a read snapshot, from the
+    /// cached parents, and kept like any snapshot's counts, so an app that only authorizes
+    /// inside writes walks every parent once, not at every write. While this process holds the
+    /// write lock no other commit can land, so the snapshot sees the state the write builds on.
+    /// nil when the counter cannot name the parents.
+    private func committedParents(_ position: Int, _ rule: LimitRule) throws -> GroupsOver.Base? {
+        try store.read { snapshot in
+            var sequence: UInt64? = try snapshot.historyBounds().current.sequence
+            let counts = try counts(position, rule, snapshot, isSnapshot: true, sequence: &sequence)
+            return sequence.flatMap { at in counts.groups.parents.map { (at, $0) } }
+        }
     }
 
     func describe(_ action: GateAction) -> String {

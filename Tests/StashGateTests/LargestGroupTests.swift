@@ -86,6 +86,31 @@ import Testing
         #expect(f.gate.parentWalks.load(ordering: .relaxed) == 2)
     }
 
+    /// An app that checks only inside its writes (``FeatureGate/authorize(_:in:)``) walks the
+    /// parents once: each write starts from the committed state, counted in a snapshot from
+    /// the parents kept for the state before.
+    @Test func writesThatOnlyAuthorizeWalkOnce() throws {
+        let (f, homes, items) = try fixture()
+        for round in 0..<8 {
+            let target = homes[round % 2]
+            // Move one item into `target` (11 there: over the limit): the gate, counting inside
+            // the write, denies any creation from then on.
+            let denial: DenialReason? = try f.store.write { tx in
+                #expect(try f.gate.authorize(.create(Home.self), in: tx).isAllowed, "round \(round)")
+                try tx.update(Item.self, id: items[round % 2 == 0 ? 1 : 0].id) { $0.homeID = target }
+                return f.gate.check(.create(Home.self), in: tx).denial
+            }
+            #expect(denial == .overLimit, "round \(round)")
+            // And back, committed: within the limits again.
+            try f.store.write { tx in
+                #expect(f.gate.check(.create(Home.self), in: tx).denial == .overLimit, "round \(round)")
+                try tx.update(Item.self, id: items[round % 2 == 0 ? 1 : 0].id) { $0.homeID = homes[(round + 1) % 2] }
+                #expect(try f.gate.authorize(.create(Home.self), in: tx).isAllowed, "round \(round)")
+            }
+        }
+        #expect(f.gate.parentWalks.load(ordering: .relaxed) == 1)
+    }
+
     @Test func aSnapshotOpenedBeforeACommitKeepsItsOwnAnswer() throws {
         let (f, homes, items) = try fixture()
         try f.store.read { before in
