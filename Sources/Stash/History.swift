@@ -158,6 +158,22 @@ extension Store {
         return (HistoryToken(sequence: next - 1), HistoryToken(sequence: purged))
     }
 
+    /// ``historyBounds(_:)`` of a read snapshot of committed state `snapshot`
+    /// (``ReadTransaction/snapshotID``). Only a commit changes them, and every commit is a new
+    /// state, so the bounds of the newest state asked for are kept: the checks that read them
+    /// first (a gate deciding whether its counts are current) take a lock instead of two
+    /// B-tree lookups. O(1) when kept.
+    func historyBounds<T: TransactionReading>(snapshot: UInt64, _ txn: T) throws -> (current: HistoryToken, purgedThrough: HistoryToken) {
+        if let kept = boundsOfSnapshot.withLock({ $0 }), kept.snapshot == snapshot {
+            return (kept.current, kept.purgedThrough)
+        }
+        let bounds = try historyBounds(txn)
+        boundsOfSnapshot.withLock { kept in
+            if (kept?.snapshot ?? 0) <= snapshot { kept = (snapshot, bounds.current, bounds.purgedThrough) }
+        }
+        return bounds
+    }
+
     /// Committed transactions after `token`, in commit order.
     /// - Parameters:
     ///   - types: only entries touching these types (and only their changes); nil for all.

@@ -16,12 +16,15 @@ public struct RecordReader {
     private let fixedCatalog: Catalog?
     /// The write transaction's state (pending counts, growing schema), if any.
     private let context: WriteContext?
+    /// A read snapshot's committed state (``ReadTransaction/snapshotID``); nil in a write.
+    let snapshotID: UInt64?
 
-    init(store: Store, txn: any TransactionReading, catalog: Catalog) {
+    init(store: Store, txn: ReadTransaction, catalog: Catalog) {
         self.store = store
         self.txn = txn
         fixedCatalog = catalog
         context = nil
+        snapshotID = txn.snapshotID
     }
 
     init(store: Store, context: WriteContext) {
@@ -29,6 +32,7 @@ public struct RecordReader {
         txn = context.txn
         fixedCatalog = nil
         self.context = context
+        snapshotID = nil
     }
 
     var catalog: Catalog { context?.catalog ?? fixedCatalog! }

@@ -73,6 +73,7 @@ extension StoreReading {
     /// record lacks the field), read from the stored bytes without decoding the rest of the
     /// record; nil when there is no such record. One B-tree lookup.
     public func indexedValue<R: Record, V: IndexableValue>(of index: IndexHandle<R, V>, id: RecordID) throws -> FieldValue? {
+        let reader = reader   // one copy of the reader, not one per use
         let layout = try reader.layout(R.self)
         guard let bytes = try reader.bytes(layout, id) else { return nil }
         if let tag = layout.tagsByName[index.field], let value = try EncodedRecord.value(of: tag, in: bytes) { return value }
@@ -96,6 +97,7 @@ extension StoreReading {
                                                              limit: Int) throws -> [RecordID]? {
         let bounds = try historyBounds()
         guard token >= bounds.purgedThrough, token <= bounds.current else { return nil }
+        let reader = reader   // one copy of the reader, not one per use
         let layout = try reader.layout(R.self)
         let indexed = layout.schema.indexes.first { $0.tag == index.indexTag }?.fields ?? [index.field]
         let fieldTags = indexed.compactMap { layout.tagsByName[$0] }

@@ -84,7 +84,9 @@ extension StoreReading {
 
     /// The history bounds as seen by this transaction: the newest entry and the purge point.
     public func historyBounds() throws -> (current: HistoryToken, purgedThrough: HistoryToken) {
-        try reader.store.historyBounds(reader.txn)
+        let reader = self.reader
+        guard let snapshot = reader.snapshotID else { return try reader.store.historyBounds(reader.txn) }
+        return try reader.store.historyBounds(snapshot: snapshot, reader.txn)
     }
 
     /// History entries after `token` as seen by this transaction (see ``Store/history(after:types:limit:)``).

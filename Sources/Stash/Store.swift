@@ -60,6 +60,9 @@ public final class Store: Sendable {
     let env: Environment
     let dbs: StoreDatabases
     private let catalogBox: Mutex<Catalog>
+    /// The history bounds of the newest committed state a read snapshot asked for (see
+    /// ``historyBounds(snapshot:_:)``).
+    let boundsOfSnapshot = Mutex<(snapshot: UInt64, current: HistoryToken, purgedThrough: HistoryToken)?>(nil)
     /// The store's identity, made once at creation.
     public let storeID: RecordID
     /// This replica's site id, made once at creation (history records it as the origin).

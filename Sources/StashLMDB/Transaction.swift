@@ -69,6 +69,10 @@ public protocol TransactionReading {
 public struct ReadTransaction: TransactionReading {
     public let handle: TransactionHandle
     public let path: String
+
+    /// The committed state this snapshot sees (LMDB's transaction id): snapshots with the same
+    /// id see the same data, in this process and in others. O(1).
+    public var snapshotID: UInt64 { UInt64(mdb_txn_id(handle.txn)) }
 }
 
 /// The write transaction, valid only inside the ``Environment/write(_:)`` closure.

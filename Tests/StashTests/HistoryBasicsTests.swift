@@ -132,4 +132,31 @@ import StashTestSupport
         #expect(try store.history(after: decoded).isEmpty)
         #expect(try store.history(after: HistoryToken(sequence: 10)).map(\.sequence) == [11, 12])
     }
+
+    /// Each snapshot sees the history bounds of its own committed state, also when the bounds
+    /// of a newer state were asked for in between (a store keeps the newest it was asked for).
+    @Test func historyBoundsBelongToEachSnapshotsState() throws {
+        let dir = TemporaryDirectory()
+        let store = try Store.open(at: dir.path, types: [Home.self])
+        for n in 0..<3 { try store.insert(Home(name: "home \(n)")) }
+        let bounds = { try store.read { try $0.historyBounds() } }
+        #expect(try bounds().current == HistoryToken(sequence: 3))
+        #expect(try bounds().purgedThrough == .beginning)
+        try store.read { old in
+            #expect(try old.historyBounds().current == HistoryToken(sequence: 3))
+            try store.insert(Home(name: "newer"))
+            #expect(try bounds().current == HistoryToken(sequence: 4))
+            #expect(try old.historyBounds().current == HistoryToken(sequence: 3), "the open snapshot keeps its state")
+            try store.purgeHistory(before: HistoryToken(sequence: 2))
+            #expect(try bounds().purgedThrough == HistoryToken(sequence: 2))
+            #expect(try old.historyBounds().purgedThrough == .beginning)
+            #expect(try old.historyBounds() == (HistoryToken(sequence: 3), .beginning))
+        }
+        // A purge adds no entry; a write's entry is made at commit.
+        try store.write { tx in
+            try tx.insert(Home(name: "pending"))
+            #expect(try tx.historyBounds() == (HistoryToken(sequence: 4), HistoryToken(sequence: 2)))
+        }
+        #expect(try bounds() == (HistoryToken(sequence: 5), HistoryToken(sequence: 2)))
+    }
 }
