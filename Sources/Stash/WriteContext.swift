@@ -158,9 +158,10 @@ final class WriteContext: FieldTagResolver {
             encodingType = R.recordType
             encodingLayout = nil
         }
-        // Records written together tend to be alike: reserve what the last one took.
+        // Records written together tend to be alike: reserve what the last one took (up to
+        // 64 KiB, so that one large record does not make every later one reserve as much).
         let encoded = try RecordEncoder.encode(record, resolver: self, capacity: encodedSizeHint)
-        encodedSizeHint = max(256, encoded.bytes.count + 32)
+        encodedSizeHint = min(max(256, encoded.bytes.count + 32), 1 << 16)
         return (try currentEncodingLayout(), encoded)
     }
 
