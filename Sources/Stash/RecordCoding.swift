@@ -205,10 +205,11 @@ final class TypeLayout: Sendable {
         indexFieldTags = schema.indexes.map { index in index.fields.map { tagsByName[$0] } }
     }
 
-    /// The tags of `index`'s fields, in its order (nil for a field the schema lacks), found
-    /// without hashing a name; nil when `index` is not one of this type's. O(indexes).
-    func fieldTags(of index: IndexSchema) -> [UInt16?]? {
-        for (position, candidate) in schema.indexes.enumerated() where candidate.tag == index.tag {
+    /// The tags of the fields of the index tagged `indexTag`, in its order (nil for a field the
+    /// schema lacks), found without hashing a name; nil when this type has no such index.
+    /// O(indexes).
+    func fieldTags(ofIndex indexTag: UInt16) -> [UInt16?]? {
+        for (position, candidate) in schema.indexes.enumerated() where candidate.tag == indexTag {
             return indexFieldTags[position]
         }
         return nil

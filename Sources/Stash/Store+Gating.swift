@@ -99,8 +99,7 @@ extension StoreReading {
         guard token >= bounds.purgedThrough, token <= bounds.current else { return nil }
         let reader = reader   // one copy of the reader, not one per use
         let layout = try reader.layout(R.self)
-        let indexed = layout.schema.indexes.first { $0.tag == index.indexTag }?.fields ?? [index.field]
-        let fieldTags = indexed.compactMap { layout.tagsByName[$0] }
+        let fieldTags = (layout.fieldTags(ofIndex: index.indexTag) ?? [layout.tagsByName[index.field]]).compactMap { $0 }
         var ids: [RecordID] = []
         var looked = 0
         func consider(_ typeTag: UInt16, _ id: RecordID, _ operation: HistoryChange.Operation, _ writesField: Bool) {

@@ -452,7 +452,7 @@ private func fieldValue(_ name: String, tag: UInt16?, _ layout: TypeLayout, _ re
 /// The index key of a stored record: type tag, index tag, then each field's component.
 func indexKey(_ index: IndexSchema, _ layout: TypeLayout, _ record: EncodedRecord) throws -> KeyBytes {
     var key = StoreKeys.indexPrefix(layout.schema.tag, index.tag)
-    let tags = layout.fieldTags(of: index)
+    let tags = layout.fieldTags(ofIndex: index.tag)
     for (position, name) in index.fields.enumerated() {
         let tag = tags.map { $0[position] } ?? layout.tagsByName[name]
         try fieldValue(name, tag: tag, layout, record).appendIndexComponent(to: &key)
