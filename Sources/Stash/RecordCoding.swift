@@ -52,9 +52,10 @@ final class RecordEncoder: Encoder {
         return try encoder.finish()
     }
 
-    /// Encodes fields whose tags are known, in the given order (no Codable, no resolver).
-    static func encode(tagged fields: [(tag: UInt16, value: FieldValue)]) -> EncodedRecord {
-        var writer = ByteWriter(capacity: 256)
+    /// Encodes fields whose tags are known, in the given order (no Codable, no resolver),
+    /// into a buffer of `capacity` bytes to start with.
+    static func encode(tagged fields: some Collection<(tag: UInt16, value: FieldValue)>, capacity: Int = 256) -> EncodedRecord {
+        var writer = ByteWriter(capacity: capacity)
         var table: [(tag: UInt16, range: Range<Int>)] = []
         table.reserveCapacity(fields.count)
         writer.beginRecord()

@@ -113,8 +113,13 @@ public struct RecordState: Sendable, Equatable {
     }
 
     /// The newest version anywhere in the state.
+    ///
+    /// O(fields), no allocation: called once per record a delta merges.
     public var latestVersion: Version? {
-        ([incarnation, tombstone].compactMap { $0 } + fields.values.map(\.version)).max()
+        var latest = incarnation
+        if let tombstone, latest.map({ tombstone > $0 }) ?? true { latest = tombstone }
+        for field in fields.values where latest.map({ field.version > $0 }) ?? true { latest = field.version }
+        return latest
     }
 
     /// The join of two states of the same record; `counters` names counter fields.
@@ -178,6 +183,12 @@ struct RecordVersions: Equatable {
 
     func encoded() -> [UInt8] {
         var w = ByteWriter(capacity: 64)
+        encode(into: &w)
+        return w.bytes
+    }
+
+    /// ``encoded()`` appended to `w` (a writer the caller reuses).
+    func encode(into w: inout ByteWriter) {
         w.bytes.append(1)
         var flags: UInt8 = 0
         if incarnation != nil { flags |= 1 }
@@ -205,7 +216,6 @@ struct RecordVersions: Equatable {
             w.varint(UInt64(entry.tag))
             w.varint(UInt64(index(entry.version)))
         }
-        return w.bytes
     }
 
     /// ``encoded()`` of a record just inserted: every field in `fieldTags` at `incarnation`.

@@ -228,27 +228,26 @@ final class WriteContext: FieldTagResolver {
             countDeltas[type.tag, default: 0] += 1
             tags = new.fields.map(\.tag)
         }
-        let versionBytes: [UInt8]
+        // The versions are encoded into the reused `scratch` buffer: no allocation per write.
+        scratch.bytes.removeAll(keepingCapacity: true)
         if let merged {
             if tags.isEmpty, let oldVersions {
                 tags = merged.fields.filter { oldVersions.fields[$0.key] != $0.value }.map(\.key)
             }
-            versionBytes = merged.encoded()
+            merged.encode(into: &scratch)
         } else if old == nil {
             // A (re-)insert starts an incarnation newer than any delete of this id, and every
             // field written carries it.
             let tombstone = oldVersions?.tombstone
             let incarnation = bumped(try writeVersion(), over: tombstone)
-            scratch.bytes.removeAll(keepingCapacity: true)
             RecordVersions.encode(incarnation: incarnation, tombstone: tombstone, fieldTags: tags, into: &scratch)
-            versionBytes = scratch.bytes
         } else {
             let version = try writeVersion()
             var versions = oldVersions ?? RecordVersions(incarnation: nil, tombstone: nil, fields: [:])
             for tag in tags { versions.fields[tag] = bumped(version, over: versions.fields[tag]) }
-            versionBytes = versions.encoded()
+            versions.encode(into: &scratch)
         }
-        try txn.put(dbs.versions, key: key, value: versionBytes)
+        try txn.put(dbs.versions, key: key, value: scratch.bytes)
         changes.append(.init(typeTag: type.tag, id: id, operation: old == nil ? .insert : .update, fieldTags: tags, origin: origin))
         return true
     }
@@ -322,7 +321,7 @@ final class WriteContext: FieldTagResolver {
 
     private func write(_ state: RecordState, _ layout: TypeLayout, origin: RecordID, absent: Bool) throws -> Bool {
         encodingType = layout.schema.name
-        encodingLayout = nil
+        encodingLayout = layout
         var fieldVersions: [UInt16: Version] = [:]
         fieldVersions.reserveCapacity(state.fields.count)
         var values: [(slot: Int, tag: UInt16, value: FieldValue)] = []
@@ -335,7 +334,8 @@ final class WriteContext: FieldTagResolver {
         // This store's schema order, as its typed writes store fields: typed reads of merged
         // records then find each field where they look first.
         values.sort { $0.slot < $1.slot }
-        let layout = try self.layout(layout.schema.name)
+        // The layout again: `tag(for:)` may have grown the schema by a field.
+        let layout = try currentEncodingLayout()
         let versions = RecordVersions(incarnation: state.incarnation, tombstone: state.tombstone, fields: fieldVersions)
         guard state.exists else {
             if try remove(layout, id: state.id, versions: versions, origin: origin) { return true }
@@ -344,7 +344,8 @@ final class WriteContext: FieldTagResolver {
             changes.append(.init(typeTag: layout.schema.tag, id: state.id, operation: .delete, fieldTags: [], origin: origin))
             return true
         }
-        let encoded = RecordEncoder.encode(tagged: values.map { ($0.tag, $0.value) })
+        let encoded = RecordEncoder.encode(tagged: values.lazy.map { ($0.tag, $0.value) }, capacity: encodedSizeHint)
+        encodedSizeHint = min(max(256, encoded.bytes.count + 32), 1 << 16)
         do {
             return try put(layout, id: state.id, record: encoded, mode: .upsert, versions: versions, origin: origin, absent: absent)
         } catch let clash as UniqueClash {

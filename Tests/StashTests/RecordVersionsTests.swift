@@ -57,4 +57,33 @@ import StashTestSupport
             #expect(try RecordVersions(decoding: fast) == general, "seed \(seed), round \(round)")
         }
     }
+
+    /// A merge reads `latestVersion` of every remote state and encodes the merged versions
+    /// into a reused buffer: both must equal the plain definitions.
+    @Test func latestVersionAndReusedBufferEqualThePlainDefinitions() throws {
+        let seed: UInt64 = 0x1A7E
+        var rng = SeededGenerator(seed: seed)
+        func version() -> Version {
+            Version(clock: UInt64.random(in: 0...40, using: &rng),
+                    site: RecordID(high: 0, low: UInt64.random(in: 0...3, using: &rng)))
+        }
+        var reused = ByteWriter(capacity: 8)
+        for round in 0..<300 {
+            let incarnation: Version? = round % 4 == 0 ? nil : version()
+            let tombstone: Version? = round % 3 == 0 ? nil : version()
+            var fields: [String: FieldState] = [:]
+            for f in 0..<Int.random(in: 0...6, using: &rng) { fields["f\(f)"] = FieldState(value: .int(Int64(f)), version: version()) }
+            let state = RecordState(type: "T", id: RecordID(), incarnation: incarnation, tombstone: tombstone, fields: fields)
+            let all = [incarnation, tombstone].compactMap { $0 } + fields.values.map(\.version)
+            #expect(state.latestVersion == all.max(), "seed \(seed), round \(round)")
+
+            let versions = RecordVersions(incarnation: incarnation, tombstone: tombstone,
+                                          fields: Dictionary(uniqueKeysWithValues: fields.values.enumerated().map { (UInt16($0.offset + 1), $0.element.version) }))
+            reused.bytes.removeAll(keepingCapacity: true)
+            reused.bytes.append(0xEE)
+            versions.encode(into: &reused)
+            #expect(reused.bytes == [0xEE] + versions.encoded(), "seed \(seed), round \(round)")
+            #expect(try RecordVersions(decoding: Array(reused.bytes.dropFirst())) == versions, "seed \(seed), round \(round)")
+        }
+    }
 }
