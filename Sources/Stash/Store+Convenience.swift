@@ -20,6 +20,10 @@ extension Store {
     public func delete<R: Record>(_ type: R.Type, id: RecordID) throws -> Bool { try write { try $0.delete(type, id: id) } }
 
     /// The record with `id`, or nil.
+    ///
+    /// Inlinable, so that the caller's code knows `R?` statically: a generic call asks the
+    /// runtime for `Optional<R>`'s metadata at every read.
+    @inlinable
     public func get<R: Record>(_ type: R.Type, id: RecordID) throws -> R? { try read { try $0.get(type, id: id) } }
     /// The number of records of a type. O(1).
     public func count<R: Record>(_ type: R.Type) throws -> Int { try read { try $0.count(type) } }

@@ -432,17 +432,27 @@ final class TransactionGate: @unchecked Sendable {
     // property access, on every transaction) are left out.
     @exclusivity(unchecked) private var active = 0
     @exclusivity(unchecked) private var resizing = false
-    /// Open transactions per thread id.
-    @exclusivity(unchecked) private var holders: [UInt: Int] = [:]
+    /// The threads that hold open transactions, and how many each: a short list (one entry
+    /// per thread inside a transaction), scanned rather than hashed, which costs a few
+    /// comparisons instead of a hash per lookup on every transaction.
+    @exclusivity(unchecked) private var holders: [(thread: UInt, count: Int)] = []
+
+    init() { holders.reserveCapacity(16) }
+
+    private func holderIndex(_ thread: UInt) -> Int? {
+        holders.firstIndex { $0.thread == thread }
+    }
 
     func enter() {
         let me = currentThreadID()
         condition.lock()
-        if holders[me] == nil {
+        if let i = holderIndex(me) {
+            holders[i].count += 1
+        } else {
             while resizing { condition.wait() }
+            holders.append((me, 1))
         }
         active += 1
-        holders[me, default: 0] += 1
         condition.unlock()
     }
 
@@ -450,7 +460,14 @@ final class TransactionGate: @unchecked Sendable {
         let me = currentThreadID()
         condition.lock()
         active -= 1
-        if let n = holders[me], n > 1 { holders[me] = n - 1 } else { holders[me] = nil }
+        if let i = holderIndex(me) {
+            if holders[i].count > 1 {
+                holders[i].count -= 1
+            } else {
+                holders.swapAt(i, holders.count - 1)
+                holders.removeLast()
+            }
+        }
         if active == 0 { condition.broadcast() }
         condition.unlock()
     }
@@ -459,7 +476,7 @@ final class TransactionGate: @unchecked Sendable {
     /// - Throws: `refusal()` when the calling thread itself holds a transaction.
     func exclusive<R>(refusal: () -> LMDBError, _ body: () throws(LMDBError) -> R) throws(LMDBError) -> R {
         condition.lock()
-        if holders[currentThreadID()] != nil {
+        if holderIndex(currentThreadID()) != nil {
             condition.unlock()
             throw refusal()
         }
