@@ -190,6 +190,10 @@ final class WriteContext: FieldTagResolver {
              versions merged: RecordVersions? = nil, origin: RecordID? = nil, absent: Bool = false) throws -> Bool {
         let type = layout.schema
         let key = StoreKeys.record(type.tag, id)
+        if mode == .insert, merged == nil, !absent, !type.indexes.contains(where: \.unique),
+           try insertNew(layout, id: id, key: key, record: new) {
+            return true
+        }
         // `absent`: the caller has just seen that neither a record nor versions exist.
         let oldVersions = absent ? nil : try versions(layout, id)
         // Every stored record has a versions entry (a delete leaves its tombstone there, and
@@ -249,6 +253,39 @@ final class WriteContext: FieldTagResolver {
         }
         try txn.put(dbs.versions, key: key, value: scratch.bytes)
         changes.append(.init(typeTag: type.tag, id: id, operation: old == nil ? .insert : .update, fieldTags: tags, origin: origin))
+        return true
+    }
+
+    /// The common insert, tried first for types without unique indexes: the versions entry is
+    /// put with `noOverwrite`, which doubles as the check that the id is new (one B-tree
+    /// search instead of a lookup and then a put).
+    /// - Returns: false, having written nothing, when the id has versions already (a
+    ///   duplicate, or a re-insert after a delete): the general path then handles it.
+    private func insertNew(_ layout: TypeLayout, id: RecordID, key: KeyBytes, record new: EncodedRecord) throws -> Bool {
+        let type = layout.schema
+        let tags = new.fields.map(\.tag)
+        scratch.bytes.removeAll(keepingCapacity: true)
+        RecordVersions.encode(incarnation: try writeVersion(), tombstone: nil, fieldTags: tags, into: &scratch)
+        do {
+            try txn.put(dbs.versions, key: key, value: scratch.bytes, flags: .noOverwrite)
+        } catch {
+            guard error.code == .keyExists else { throw error }
+            return false
+        }
+        do {
+            let idBytes = StoreKeys.indexValue(id)
+            for index in type.indexes { try txn.put(dbs.index, key: try indexKey(index, layout, new), value: idBytes) }
+            try txn.put(dbs.records, key: key, value: new.bytes, flags: .noOverwrite)
+        } catch {
+            // Leave no versions entry without its record behind.
+            _ = try? txn.delete(dbs.versions, key: key)
+            if let error = error as? LMDBError, error.code == .keyExists {
+                throw StoreError(.corrupted, "store \(path): \(type.name) \(id) is stored without versions; run `stash verify \(path)`")
+            }
+            throw error
+        }
+        countDeltas[type.tag, default: 0] += 1
+        changes.append(.init(typeTag: type.tag, id: id, operation: .insert, fieldTags: tags, origin: nil))
         return true
     }
 

@@ -50,6 +50,36 @@ import StashTestSupport
         for item in items { #expect(try store.get(Item.self, id: item.id) == item) }
     }
 
+    /// An insert first tries to put the new id's versions with `noOverwrite` (for types
+    /// without unique indexes): a duplicate must leave nothing behind and let the transaction
+    /// carry on, and a re-insert after a delete must start a new incarnation.
+    @Test func insertsOfNewDuplicateAndDeletedIDs() throws {
+        let dir = TemporaryDirectory()
+        let store = try Store.open(at: dir.path, types: [Home.self, Item.self])
+        let home = RecordID()
+        let item = Item(homeID: home, name: "a", category: "c", wearCount: 1, price: 1)
+        try store.insert(item)
+        #expect(try store.delete(Item.self, id: item.id))
+        var again = item
+        again.name = "b"
+        try store.insert(again)
+        #expect(try store.get(Item.self, id: item.id) == again)
+        let other = Item(homeID: home, name: "o", category: "c", wearCount: 2, price: 2)
+        try store.write { tx in
+            var intruder = again
+            intruder.homeID = RecordID()
+            let error = thrownError { try tx.insert(intruder) } as? StoreError
+            #expect(error?.code == .duplicateID)
+            try tx.insert(other)
+        }
+        #expect(try store.get(Item.self, id: item.id) == again)
+        #expect(try store.count(Item.self) == 2)
+        #expect(try store.count(Item.self, where: \.homeID, equals: home) == 2)
+        #expect(try store.history().flatMap { $0.changes.map(\.operation) } == [.insert, .delete, .insert, .insert])
+        let report = try store.verify()
+        #expect(report.isClean, "\(report)")
+    }
+
     /// A type with a field of every built-in kind the encoder tells apart by type (`UUID`,
     /// `RecordID`, `Date`, `Data`, `Double`): typed writes store what the generic API stores
     /// for the same values, byte for byte, and the index on the `UUID` field gives typed and
