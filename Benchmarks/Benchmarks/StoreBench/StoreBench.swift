@@ -13,6 +13,9 @@ import Stash
 // | insert1   | one item insert + commit on each engine, per durability level | p50/p99, ops/s  |
 // | get       | one point read by id, decoded into `Item`                     | p50/p99, ops/s  |
 // | count     | one count of the items of a home through the homeID index     | p50/p99         |
+// | pairedget | the `get` of Stash and of raw LMDB for the same id, in one    | p50/p99, ops/s  |
+// |           | iteration, timed apart (PairedReadBench.swift)                |                 |
+// | pairedcount| the same for the fast-path count vs `mdb_cursor_count`       | p50/p99         |
 // | allocs    | one count, with malloc counting on                            | mallocs/op      |
 // | concurrent| 8 threads × 16 single-item commits on each engine (group commit)| ops/s          |
 // | update    | wearCount += 1 on one item + commit on each engine            | p50/p99, ops/s  |
@@ -45,6 +48,13 @@ enum Budget {
     static var micro: Benchmark.Configuration { .init(
         metrics: [.wallClock, .throughput], timeUnits: .nanoseconds, warmupIterations: smoke ? 10 : 2_000,
         maxDuration: .seconds(smoke ? 1 : 3), maxIterations: smoke ? 200 : 300_000) }
+    /// Paired reads: the `micro` budget, with one time metric per engine instead of the wall
+    /// clock of the whole iteration (see `registerPairedRead`).
+    static var pairedReads: Benchmark.Configuration {
+        var configuration = micro
+        configuration.metrics = [.throughput] + ReadPair.metrics
+        return configuration
+    }
     /// Allocation counting: the count is the same every iteration, few are needed.
     static var allocs: Benchmark.Configuration { .init(
         metrics: [.mallocCountTotal, .throughput], warmupIterations: smoke ? 10 : 1_000,
@@ -123,7 +133,12 @@ final class Trio {
     var iteration = 0
 
     static let names = [StashEngine.name, RawLMDBEngine.name, GRDBEngine.name]
-    static let metrics = names.map { BenchmarkMetric.custom("\($0) ns", polarity: .prefersSmaller, useScalingFactor: false) }
+    static let metrics = names.map(metric)
+
+    /// The custom metric that holds one engine's time per operation, in nanoseconds (`Stash ns`).
+    static func metric(_ engine: String) -> BenchmarkMetric {
+        .custom("\(engine) ns", polarity: .prefersSmaller, useScalingFactor: false)
+    }
 
     func open(sync: SyncLevel, _ directory: (any Engine.Type) throws -> URL) throws {
         let types: [any Engine.Type] = [StashEngine.self, RawLMDBEngine.self, GRDBEngine.self]
@@ -140,9 +155,7 @@ final class Trio {
         iteration += 1
         for k in 0..<engines.count {
             let e = (first + k) % engines.count
-            let start = monotonicNanoseconds()
-            try body(engines[e])
-            benchmark.measurement(Self.metrics[e], Int(monotonicNanoseconds() - start))
+            try timed(benchmark, Self.metrics[e]) { try body(engines[e]) }
         }
     }
 
@@ -152,6 +165,16 @@ final class Trio {
         for dir in directories where dir.path.contains("/scratch/") { Fixtures.remove(dir) }
         directories = []
     }
+}
+
+/// Runs `body` once and records its time, in nanoseconds, into the custom metric `metric`:
+/// the clock is read right before and right after `body`, so nothing else is timed.
+@inline(__always)
+func timed(_ benchmark: Benchmark, _ metric: BenchmarkMetric, _ body: () throws -> Void) rethrows {
+    let start = monotonicNanoseconds()
+    try body()
+    let elapsed = monotonicNanoseconds() - start
+    benchmark.measurement(metric, Int(elapsed))
 }
 
 @inline(__always)
@@ -213,20 +236,67 @@ func registerUpdate(n: Int, sync: SyncLevel) {
 
 // MARK: Reads: one engine per benchmark
 
+/// What a read benchmark reads in the N-item store: pre-drawn random targets, and one target
+/// whose answer is known, checked on every engine before it is measured.
+struct ReadTargets<Answer: Equatable> {
+    let targets: TargetCycle
+    let probe: RecordID
+    let expected: Answer
+    /// The probe in words, for the error message.
+    let what: String
+
+    /// Throws unless `read` gives the known answer on `engine`.
+    func verify<E>(_ engine: E, name: String, _ read: (E, RecordID) throws -> Answer) throws {
+        let got = try read(engine, probe)
+        guard got == expected else {
+            throw BenchError("\(name): \(what) reads back as \(got), expected \(expected)")
+        }
+    }
+}
+
+extension ReadTargets where Answer == Item? {
+    /// Point reads (`get`): 2^16 random items; item N/2 must read back as it was written.
+    init(items n: Int) {
+        let probe = n / 2
+        self.init(targets: TargetCycle(drawTargets(1 << 16, range: n, seed: 1, Workload.itemID)),
+                  probe: Workload.itemID(probe), expected: Workload.item(probe, homes: Workload.homeCount(items: n)),
+                  what: "item \(probe)")
+    }
+}
+
+extension ReadTargets where Answer == Int {
+    /// Counts (`count`): 2^12 random homes; home 0 must hold its share of the N items.
+    init(homes n: Int) {
+        let homes = Workload.homeCount(items: n)
+        self.init(targets: TargetCycle(drawTargets(1 << 12, range: homes, seed: 2, Workload.homeID)),
+                  probe: Workload.homeID(0), expected: n / homes + (n % homes > 0 ? 1 : 0),
+                  what: "the item count of home 0")
+    }
+}
+
+/// Opens engine `E` in place on its N-item fixture (built if missing) for a read benchmark's
+/// setup: reads the fixture's files once first, so that the OS page cache is warm whatever ran
+/// before, then checks `read` against `reads`' known answer. The caller ends its setup with
+/// `Fixtures.settle()`.
+func openForReading<E: Engine, Answer>(_: E.Type, n: Int, name: String, _ reads: ReadTargets<Answer>,
+                                       _ read: (E, RecordID) throws -> Answer) throws -> E {
+    let directory = try Fixtures.ensure(E.self, items: n)
+    Fixtures.warm(directory)
+    let engine = try E(directory: directory, sync: .full)
+    try reads.verify(engine, name: name, read)
+    return engine
+}
+
 func registerGet<E: Engine>(_: E.Type, n: Int, variant: String = "typed",
                              _ get: @escaping (E, RecordID) throws -> Item? = { try $0.item($1) }) {
     let s = State<E>()
-    Benchmark("get/\(E.name)/\(variant)/\(BenchConfig.label(n))", configuration: Budget.micro) { _ in
+    let name = "get/\(E.name)/\(variant)/\(BenchConfig.label(n))"
+    Benchmark(name, configuration: Budget.micro) { _ in
         blackHole(try get(s.engine!, s.targets.next()))
     } setup: {
-        let directory = try Fixtures.ensure(E.self, items: n)
-        Fixtures.warm(directory)
-        s.engine = try E(directory: directory, sync: .full)
-        s.targets = TargetCycle(drawTargets(1 << 16, range: n, seed: 1, Workload.itemID))
-        let probe = n / 2
-        guard try get(s.engine!, Workload.itemID(probe)) == Workload.item(probe, homes: Workload.homeCount(items: n)) else {
-            throw BenchError("get/\(E.name): the record read back differs from the one written")
-        }
+        let reads = ReadTargets(items: n)
+        s.engine = try openForReading(E.self, n: n, name: name, reads, get)
+        s.targets = reads.targets
         Fixtures.settle()
     } teardown: {
         s.close()
@@ -237,19 +307,13 @@ func registerGet<E: Engine>(_: E.Type, n: Int, variant: String = "typed",
 func registerCount<E: Engine>(_: E.Type, n: Int, variant: String, _ count: @escaping (E, RecordID) throws -> Int) {
     for (group, configuration) in [("count", Budget.micro), ("allocs", Budget.allocs)] {
         let s = State<E>()
-        Benchmark("\(group)/\(E.name)/\(variant)/\(BenchConfig.label(n))", configuration: configuration) { _ in
+        let name = "\(group)/\(E.name)/\(variant)/\(BenchConfig.label(n))"
+        Benchmark(name, configuration: configuration) { _ in
             blackHole(try count(s.engine!, s.targets.next()))
         } setup: {
-            let directory = try Fixtures.ensure(E.self, items: n)
-            Fixtures.warm(directory)
-            s.engine = try E(directory: directory, sync: .full)
-            let homes = Workload.homeCount(items: n)
-            s.targets = TargetCycle(drawTargets(1 << 12, range: homes, seed: 2, Workload.homeID))
-            let expected = n / homes + (n % homes > 0 ? 1 : 0)
-            let got = try count(s.engine!, Workload.homeID(0))
-            guard got == expected else {
-                throw BenchError("\(group)/\(E.name)/\(variant): home 0 has \(got) items, expected \(expected)")
-            }
+            let reads = ReadTargets(homes: n)
+            s.engine = try openForReading(E.self, n: n, name: name, reads, count)
+            s.targets = reads.targets
             Fixtures.settle()
         } teardown: {
             s.close()
@@ -305,6 +369,12 @@ let benchmarks: @Sendable () -> Void = {
         registerCount(RawLMDBEngine.self, n: n, variant: "dup count") { try $0.countItems(home: $1) }
         registerCount(GRDBEngine.self, n: n, variant: "fetchCount") { try $0.countItems(home: $1) }
         registerCount(GRDBEngine.self, n: n, variant: "cached SQL") { try $0.countItemsWithCachedSQL(home: $1) }
+
+        // The same reads of Stash and raw LMDB as `get/…/typed` and `count/…/fast path` and `…/dup count`, paired.
+        registerPairedRead(group: "pairedget", variant: "typed", n: n, ReadTargets<Item?>.init(items:),
+                           stash: { try $0.item($1) }, raw: { try $0.item($1) })
+        registerPairedRead(group: "pairedcount", variant: "fast path", n: n, ReadTargets<Int>.init(homes:),
+                           stash: { try $0.countItems(home: $1) }, raw: { try $0.countItems(home: $1) })
 
         for sync in [SyncLevel.full, .relaxed] { registerUpdate(n: n, sync: sync) }
 

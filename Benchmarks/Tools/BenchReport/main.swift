@@ -42,9 +42,11 @@ func load(_ path: String) throws -> [Result] {
             let raw = (m["rawData"] as? [[Any]])?.first?.count ?? 0
             return (mean, p("50.0"), p("99.0"), raw)
         }
-        if result.engine == "all" {
-            // Interleaved write benchmarks: one custom metric per engine, in nanoseconds.
-            for engine in ["Stash", "LMDB", "GRDB"] {
+        // Interleaved benchmarks: one custom metric per engine, in nanoseconds; the writes run
+        // all three engines (`all`), the paired reads two (`Stash+LMDB`).
+        let interleaved = result.engine == "all" ? ["Stash", "LMDB", "GRDB"] : result.engine.split(separator: "+").map(String.init)
+        if interleaved.count > 1 {
+            for engine in interleaved {
                 guard let s = stats("\(engine) ns") else { continue }
                 var r = Result(group: result.group, engine: engine, variant: result.variant, size: result.size)
                 r.mean = s.mean / 1_000; r.p50 = s.p50 / 1_000; r.p99 = s.p99 / 1_000; r.samples = s.samples
@@ -192,6 +194,35 @@ func latencyTable(group: String, allocations: String, per unit: String, rows: [(
 /// Operations per second from the mean wall-clock time of one operation (µs).
 func opsPerSecond(_ r: Result?) -> Double? { r?.mean.map { 1_000_000 / $0 } }
 
+/// Stash ÷ raw LMDB in operations per second (from mean times) of a read group, where
+/// `stash` and `lmdb` are the two engines' variants; nil unless both were measured.
+func readRatio(_ group: String, _ stash: String, _ lmdb: String, _ size: String) -> Double? {
+    opsPerSecond(find(group, "Stash", stash, size)).flatMap { s in opsPerSecond(find(group, "LMDB", lmdb, size)).map { s / $0 } }
+}
+
+/// Stash p99 ÷ raw LMDB p99 of a read group, as `readRatio`.
+func p99Ratio(_ group: String, _ stash: String, _ lmdb: String, _ size: String) -> Double? {
+    find(group, "Stash", stash, size)?.p99.flatMap { s in find(group, "LMDB", lmdb, size)?.p99.map { s / $0 } }
+}
+
+/// The goal detail of an isolated ratio, with the paired row's ratio beside it when that row ran.
+func withPaired(_ isolated: String, _ paired: Double?, threshold: Double) -> String {
+    guard let paired else { return isolated }
+    return "\(isolated) (paired row: \(ratio(paired, threshold: threshold)))"
+}
+
+/// The small table of a paired read group (`pairedget`, `pairedcount`, the read `what`) under
+/// the isolated table: both engines' p50 / p99 from the same iterations, their ratio `title` (`paired`) and,
+/// beside it, the same ratio from the isolated rows of this run. Prints nothing when the group
+/// did not run.
+func pairedTable(_ group: String, variant: String, size: String, what: String, title: String, paired: Double?, isolated: Double?) {
+    guard let s = find(group, "Stash", variant, size), let l = find(group, "LMDB", variant, size) else { return }
+    line("**Paired with raw LMDB** (\(what); same iteration, same target, alternating order; each read timed on its own; \(s.samples) pairs):")
+    line()
+    table(["Stash p50 / p99", "raw LMDB p50 / p99", title, "the same, isolated rows above"],
+          [["\(us(s.p50)) / \(us(s.p99))", "\(us(l.p50)) / \(us(l.p99))", ratio(paired), ratio(isolated)]])
+}
+
 // Store sizes N; the delta group's last component is the number of changes K instead.
 let sizes = Set(results.filter { $0.group != "overhead" && $0.group != "delta" }.map(\.size)).sorted { sizeValue($0) < sizeValue($1) }
 
@@ -283,6 +314,7 @@ for size in sizes {
     // Point read
     let gets = [("Stash", "typed", "Stash `get`"), ("LMDB", "typed", "raw LMDB + hand decode"),
                 ("GRDB", "typed", "GRDB `fetchOne(key:)`"), ("GRDB", "cached SQL", "GRDB cached SQL statement")]
+    let pairedGet = readRatio("pairedget", "typed", "typed", size)
     if gets.contains(where: { find("get", $0.0, $0.1, size) != nil }) {
         line("**Point read** by id, decoded into `Item`:")
         line()
@@ -292,9 +324,13 @@ for size in sizes {
             let v = opsPerSecond(r)
             return [label, us(r?.p50), us(r?.p99), rate(v), engine == "Stash" ? "" : ratio(stash.flatMap { s in v.map { s / $0 } })]
         })
-        let vsLMDB = stash.flatMap { s in opsPerSecond(find("get", "LMDB", "typed", size)).map { s / $0 } }
-        goals[size, default: []].append(Goal(text: "typed point read ≥ 0.5× raw LMDB", met: vsLMDB.map { $0 >= 0.5 }, detail: ratio(vsLMDB, threshold: 0.5)))
+        let vsLMDB = readRatio("get", "typed", "typed", size)
+        // Judged on the isolated rows; the paired ratio is shown beside.
+        goals[size, default: []].append(Goal(text: "typed point read ≥ 0.5× raw LMDB", met: vsLMDB.map { $0 >= 0.5 },
+                                             detail: withPaired(ratio(vsLMDB, threshold: 0.5), pairedGet, threshold: 0.5)))
     }
+    pairedTable("pairedget", variant: "typed", size: size, what: "point read", title: "Stash ÷ raw LMDB (ops/s, from the mean)",
+                paired: pairedGet, isolated: readRatio("get", "typed", "typed", size))
 
     // Counts
     let counts = [("Stash", "fast path", "Stash `count(Item.self, where: \\.homeID, equals:)`"),
@@ -303,6 +339,8 @@ for size in sizes {
                   ("LMDB", "dup count", "raw LMDB `mdb_cursor_count`"),
                   ("GRDB", "fetchCount", "GRDB `filter(homeID == x).fetchCount`"),
                   ("GRDB", "cached SQL", "GRDB cached `SELECT COUNT(*)`")]
+    // The paired count pairs the fast path with `mdb_cursor_count`.
+    let pairedCount = p99Ratio("pairedcount", "fast path", "fast path", size)
     if counts.contains(where: { find("count", $0.0, $0.1, size) != nil }) {
         line("**Indexed count** of the items of one home (~100), and heap allocations per count (malloc counter):")
         line()
@@ -312,13 +350,18 @@ for size in sizes {
             let p99 = find("count", "Stash", variant, size)?.p99
             let vsLMDB = p99.flatMap { p in lmdb.map { p / $0 } }
             let vsGRDB = p99.flatMap { p in grdb.map { $0 / p } }
-            goals[size, default: []].append(Goal(text: "indexed count p99 ≤ 2× raw LMDB (\(label))", met: vsLMDB.map { $0 <= 2 }, detail: ratio(vsLMDB, threshold: 2)))
+            // Judged on the isolated rows; the fast path's paired ratio is shown beside.
+            let detail = variant == "fast path" ? withPaired(ratio(vsLMDB, threshold: 2), pairedCount, threshold: 2) : ratio(vsLMDB, threshold: 2)
+            goals[size, default: []].append(Goal(text: "indexed count p99 ≤ 2× raw LMDB (\(label))", met: vsLMDB.map { $0 <= 2 }, detail: detail))
             goals[size, default: []].append(Goal(text: "indexed count ≥ 10× faster than GRDB at p99 (\(label))", met: vsGRDB.map { $0 >= 10 }, detail: ratio(vsGRDB, threshold: 10)))
             if let m = find("allocs", "Stash", variant, size)?.mallocs {
                 goals[size, default: []].append(Goal(text: "0 allocations per indexed count (\(label))", met: m == 0, detail: String(format: "%.0f", m)))
             }
         }
     }
+
+    pairedTable("pairedcount", variant: "fast path", size: size, what: "count, fast path and `mdb_cursor_count`", title: "Stash p99 ÷ raw LMDB p99",
+                paired: pairedCount, isolated: p99Ratio("count", "fast path", "dup count", size))
 
     // Update
     if levels.contains(where: { find("update", "Stash", $0.0, size) != nil }) {
