@@ -186,6 +186,12 @@ struct ByteReader {
         return bytes[offset..<(offset + count)]
     }
 
+    /// Moves past `count` bytes (no slice made: nothing retained).
+    mutating func skip(_ count: Int) throws {
+        guard count >= 0, count <= end - offset else { throw RecordFormatError(reason: "record truncated at byte \(offset)") }
+        offset += count
+    }
+
     mutating func kind() throws -> RecordFormat.Kind {
         let b = try byte()
         guard let kind = RecordFormat.Kind(rawValue: b) else { throw RecordFormatError(reason: "unknown value kind \(b) at byte \(offset - 1)") }
@@ -197,10 +203,12 @@ struct ByteReader {
         return Int64(bitPattern: (z >> 1) ^ (0 &- (z & 1)))
     }
 
+    /// 8 little-endian bytes, read in place.
     mutating func payloadDouble() throws -> Double {
-        let raw = try take(8)
+        guard end - offset >= 8 else { throw RecordFormatError(reason: "record truncated at byte \(offset)") }
         var bits: UInt64 = 0
-        for (i, b) in raw.enumerated() { bits |= UInt64(b) << UInt64(i * 8) }
+        for i in 0..<8 { bits |= UInt64(bytes[offset + i]) << UInt64(i * 8) }
+        offset += 8
         return Double(bitPattern: bits)
     }
 
@@ -273,16 +281,16 @@ struct ByteReader {
         switch try kind() {
         case .null, .false, .true: return
         case .int: _ = try varint()
-        case .double, .date: _ = try take(8)
-        case .string, .bytes: _ = try take(Int(clamping: try varint()))
-        case .uuid: _ = try take(16)
+        case .double, .date: try skip(8)
+        case .string, .bytes: try skip(Int(clamping: try varint()))
+        case .uuid: try skip(16)
         case .array:
             let n = try varint()
             for _ in 0..<n { try skipValue() }
         case .map:
             let n = try varint()
             for _ in 0..<n {
-                _ = try take(Int(clamping: try varint()))
+                try skip(Int(clamping: try varint()))
                 try skipValue()
             }
         }
