@@ -112,9 +112,6 @@ enum MetaKey {
 
 /// Little-endian fixed-width integers in values.
 enum LittleEndian {
-    static func bytes(_ value: UInt64) -> [UInt8] {
-        (0..<8).map { UInt8(truncatingIfNeeded: value >> UInt64($0 * 8)) }
-    }
     static func uint64(_ bytes: [UInt8]?) -> UInt64? {
         guard let bytes, bytes.count == 8 else { return nil }
         var v: UInt64 = 0

@@ -245,7 +245,7 @@ extension Store {
             }
             for key in keys { try txn.delete(dbs.history, key: key) }
             let purged = max(bounds.purgedThrough, target)
-            try txn.put(dbs.meta, key: MetaKey.purgedThrough, value: LittleEndian.bytes(purged.sequence))
+            try txn.put(dbs.meta, key: MetaKey.purgedThrough, uint64: purged.sequence)
             return HistoryPurgeReport(removedEntries: keys.count, purgedThrough: purged, overriddenConsumers: behind.map(\.key))
         }
     }
@@ -258,7 +258,7 @@ extension StoreTransaction {
         guard !name.isEmpty, name.utf8.count <= 200 else {
             throw StoreError(.invalidValue, "store \(reader.path): a history consumer name must be 1...200 bytes")
         }
-        try context.txn.put(reader.dbs.meta, key: MetaKey.consumer(name), value: LittleEndian.bytes(token.sequence))
+        try context.txn.put(reader.dbs.meta, key: MetaKey.consumer(name), uint64: token.sequence)
     }
 }
 

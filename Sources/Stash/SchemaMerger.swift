@@ -28,7 +28,7 @@ struct SchemaMerger {
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys]
         try txn.put(dbs.meta, key: MetaKey.schema, value: Array(try encoder.encode(schema)))
-        try txn.put(dbs.meta, key: MetaKey.schemaGeneration, value: LittleEndian.bytes(generation))
+        try txn.put(dbs.meta, key: MetaKey.schemaGeneration, uint64: generation)
     }
 
     func run(_ declaration: SchemaDeclaration) throws -> Result {
@@ -57,11 +57,11 @@ struct SchemaMerger {
             guard try txn.statistics(dbs.records).entries == 0 else {
                 throw StoreError(.notAStore, "\(path) holds LMDB data but no Stash format marker; it is not a Stash store")
             }
-            try txn.put(dbs.meta, key: MetaKey.format, value: LittleEndian.bytes(Self.format))
+            try txn.put(dbs.meta, key: MetaKey.format, uint64: Self.format)
             try txn.put(dbs.meta, key: MetaKey.storeID, value: RecordID().bytes)
             try txn.put(dbs.meta, key: MetaKey.siteID, value: RecordID().bytes)
-            try txn.put(dbs.meta, key: MetaKey.nextSequence, value: LittleEndian.bytes(1))
-            try txn.put(dbs.meta, key: MetaKey.created, value: LittleEndian.bytes(UInt64(Date().timeIntervalSince1970 * 1000)))
+            try txn.put(dbs.meta, key: MetaKey.nextSequence, uint64: 1)
+            try txn.put(dbs.meta, key: MetaKey.created, uint64: UInt64(Date().timeIntervalSince1970 * 1000))
         }
         guard let store = RecordID(bytes: (try txn.get(dbs.meta, key: MetaKey.storeID) ?? [])[...]),
               let site = RecordID(bytes: (try txn.get(dbs.meta, key: MetaKey.siteID) ?? [])[...]) else {

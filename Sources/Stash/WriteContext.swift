@@ -453,11 +453,11 @@ final class WriteContext: FieldTagResolver {
         for (tag, delta) in countDeltas where delta != 0 {
             let key = StoreKeys.count(tag)
             let stored = Int(try txn.uint64(dbs.counts, key: key) ?? 0)
-            try txn.put(dbs.counts, key: key, value: LittleEndian.bytes(UInt64(max(0, stored + delta))))
+            try txn.put(dbs.counts, key: key, uint64: UInt64(max(0, stored + delta)))
         }
         countDeltas.removeAll()
         if let lastClock {
-            try txn.put(dbs.meta, key: MetaKey.clock, value: LittleEndian.bytes(lastClock))
+            try txn.put(dbs.meta, key: MetaKey.clock, uint64: lastClock)
         }
         if schemaChanged {
             try SchemaMerger.saveSchema(catalog.schema, generation: catalog.generation, txn, dbs)
@@ -468,7 +468,7 @@ final class WriteContext: FieldTagResolver {
             var key = KeyBytes()
             key.appendBigEndian(sequence)
             try txn.put(dbs.history, key: key, value: entry)
-            try txn.put(dbs.meta, key: MetaKey.nextSequence, value: LittleEndian.bytes(sequence + 1))
+            try txn.put(dbs.meta, key: MetaKey.nextSequence, uint64: sequence + 1)
             changes.removeAll()
         }
     }

@@ -309,6 +309,20 @@ extension WriteTransaction {
         try check(rc, "mdb_put \(db.name)", path)
     }
 
+    /// Stores `value` under `key` as 8 little-endian bytes, the form ``TransactionReading/uint64(_:key:)``
+    /// reads; no allocation. For counters kept as fixed-width values.
+    public func put(_ db: Database, key: some ByteSource, uint64 value: UInt64) throws(LMDBError) {
+        try checkKey(key, db, "put")
+        let rc = withVal(key) { k in
+            withUnsafeBytes(of: value.littleEndian) { raw in
+                var v = MDB_val(mv_size: raw.count, mv_data: UnsafeMutableRawPointer(mutating: raw.baseAddress))
+                return mdb_put(handle.txn, db.dbi, &k, &v, 0)
+            }
+        }
+        if rc == MDB_MAP_FULL { handle.sawMapFull = true }
+        try check(rc, "mdb_put \(db.name)", path)
+    }
+
     /// Deletes `key` (all its duplicates), or on a DUPSORT database with `value`, just that
     /// pair (`mdb_del(key, value)`, the safe path on LMDB 0.9.24, rule 10).
     /// - Returns: false when there was nothing to delete.

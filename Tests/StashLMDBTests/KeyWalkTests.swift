@@ -50,5 +50,10 @@ import Testing
         #expect(whole == value)
         #expect(short == nil, "not 8 bytes")
         #expect(absent == nil, "absent")
+        // Written without building an array: the same 8 little-endian bytes.
+        try env.write { txn in try txn.put(main, key: [4], uint64: value) }
+        let (bytes, read) = try env.read { txn in (try txn.get(main, key: [4]), try txn.uint64(main, key: [4])) }
+        #expect(bytes == [8, 7, 6, 5, 4, 3, 2, 1])
+        #expect(read == value)
     }
 }
