@@ -211,19 +211,13 @@ final class WriteContext: FieldTagResolver {
         }
         if oldBytes == new.bytes && (merged == nil || merged == oldVersions) { return false }
         let old = try oldBytes.map { try decodeStored($0, type.name, id) }
-        let idBytes = StoreKeys.indexValue(id)
         if old == nil, !type.indexes.contains(where: \.unique) {
             // A new record and no unique index: nothing to check first, no old key to remove.
-            for index in type.indexes { try txn.put(dbs.index, key: try indexKey(index, layout, new), value: idBytes) }
+            try putIndexEntries(layout, id: id, new)
         } else {
-            try changeIndexEntries(layout, id: id, idBytes: idBytes, old: old, new: new, merging: merged != nil)
+            try changeIndexEntries(layout, id: id, old: old, new: new, merging: merged != nil)
         }
-        do {
-            try txn.put(dbs.records, key: key, value: new.bytes, flags: fresh ? .noOverwrite : [])
-        } catch {
-            guard error.code == .keyExists else { throw error }
-            throw StoreError(.corrupted, "store \(path): \(type.name) \(id) is stored without versions; run `stash verify \(path)`")
-        }
+        try putRecord(type, id: id, key: key, new, fresh: fresh)
         var tags: [UInt16] = []
         if let old {
             for field in new.fields where old.rawValue(of: field.tag) != new.bytes[field.range] { tags.append(field.tag) }
@@ -273,15 +267,11 @@ final class WriteContext: FieldTagResolver {
             return false
         }
         do {
-            let idBytes = StoreKeys.indexValue(id)
-            for index in type.indexes { try txn.put(dbs.index, key: try indexKey(index, layout, new), value: idBytes) }
-            try txn.put(dbs.records, key: key, value: new.bytes, flags: .noOverwrite)
+            try putIndexEntries(layout, id: id, new)
+            try putRecord(type, id: id, key: key, new, fresh: true)
         } catch {
             // Leave no versions entry without its record behind.
             _ = try? txn.delete(dbs.versions, key: key)
-            if let error = error as? LMDBError, error.code == .keyExists {
-                throw StoreError(.corrupted, "store \(path): \(type.name) \(id) is stored without versions; run `stash verify \(path)`")
-            }
             throw error
         }
         countDeltas[type.tag, default: 0] += 1
@@ -289,11 +279,29 @@ final class WriteContext: FieldTagResolver {
         return true
     }
 
+    /// Puts the index entries of a new record of a type without unique indexes: nothing to
+    /// check first, no old key to remove.
+    private func putIndexEntries(_ layout: TypeLayout, id: RecordID, _ new: EncodedRecord) throws {
+        let idBytes = StoreKeys.indexValue(id)
+        for index in layout.schema.indexes { try txn.put(dbs.index, key: try indexKey(index, layout, new), value: idBytes) }
+    }
+
+    /// Puts a record's bytes. `fresh`: the id has no versions, so no record may exist either;
+    /// one that does means a damaged store, reported as such rather than overwritten.
+    private func putRecord(_ type: TypeSchema, id: RecordID, key: KeyBytes, _ new: EncodedRecord, fresh: Bool) throws {
+        do {
+            try txn.put(dbs.records, key: key, value: new.bytes, flags: fresh ? .noOverwrite : [])
+        } catch {
+            guard error.code == .keyExists else { throw error }
+            throw StoreError(.corrupted, "store \(path): \(type.name) \(id) is stored without versions; run `stash verify \(path)`")
+        }
+    }
+
     /// Moves a record's index entries from `old` (nil: a new record) to `new`, checking every
     /// unique index before changing anything, so that a refused write (or a merge that
     /// settles a clash differently) leaves no partial index change behind.
-    private func changeIndexEntries(_ layout: TypeLayout, id: RecordID, idBytes: KeyBytes,
-                                    old: EncodedRecord?, new: EncodedRecord, merging: Bool) throws {
+    private func changeIndexEntries(_ layout: TypeLayout, id: RecordID, old: EncodedRecord?, new: EncodedRecord, merging: Bool) throws {
+        let idBytes = StoreKeys.indexValue(id)
         keyChanges.removeAll(keepingCapacity: true)
         for index in layout.schema.indexes {
             let newKey = try indexKey(index, layout, new)
