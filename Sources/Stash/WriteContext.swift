@@ -29,6 +29,8 @@ final class WriteContext: FieldTagResolver {
     /// the next: the index keys that change, and the bytes of a new record's versions.
     @exclusivity(unchecked) private var keyChanges: [(old: KeyBytes?, new: KeyBytes)] = []
     @exclusivity(unchecked) private var scratch = ByteWriter(capacity: 128)
+    /// Type tags whose insert could not append in this transaction (see ``insertNew``).
+    @exclusivity(unchecked) private var appendMisses: [UInt16] = []
     @exclusivity(unchecked) private var countDeltas: [UInt16: Int] = [:]
     /// This transaction's changes so far: its history entry at commit.
     @exclusivity(unchecked) private(set) var changes: [HistoryChange.Stored] = []
@@ -260,15 +262,30 @@ final class WriteContext: FieldTagResolver {
         let tags = new.fields.map(\.tag)
         scratch.bytes.removeAll(keepingCapacity: true)
         RecordVersions.encode(incarnation: try writeVersion(), tombstone: nil, fieldTags: tags, into: &scratch)
-        do {
-            try txn.put(dbs.versions, key: key, value: scratch.bytes, flags: .noOverwrite)
-        } catch {
-            guard error.code == .keyExists else { throw error }
-            return false
+        // Time-ordered ids mostly arrive in key order: append when the id sorts after every
+        // stored one (then it is new, and its record sorts last too). A type whose insert could
+        // not append is not tried again in this transaction.
+        var appended = false
+        if !appendMisses.contains(type.tag) {
+            appended = try txn.appendIfLast(dbs.versions, key: key, value: scratch.bytes)
+            if !appended { appendMisses.append(type.tag) }
+        }
+        if !appended {
+            do {
+                try txn.put(dbs.versions, key: key, value: scratch.bytes, flags: .noOverwrite)
+            } catch {
+                guard error.code == .keyExists else { throw error }
+                return false
+            }
         }
         do {
             try putIndexEntries(layout, id: id, new)
-            try putRecord(type, id: id, key: key, new, fresh: true)
+            if appended, try txn.appendIfLast(dbs.records, key: key, value: new.bytes) {
+                // Done: records hold no key that versions lack, unless the store is damaged,
+                // which the ordinary put below reports.
+            } else {
+                try putRecord(type, id: id, key: key, new, fresh: true)
+            }
         } catch {
             // Leave no versions entry without its record behind.
             _ = try? txn.delete(dbs.versions, key: key)
@@ -475,7 +492,10 @@ final class WriteContext: FieldTagResolver {
             let entry = HistoryEntry.encode(timestamp: Date(), origin: siteID, author: author, changes: changes)
             var key = KeyBytes()
             key.appendBigEndian(sequence)
-            try txn.put(dbs.history, key: key, value: entry)
+            // Sequences only grow: the entry sorts last.
+            if try !txn.appendIfLast(dbs.history, key: key, value: entry) {
+                try txn.put(dbs.history, key: key, value: entry)
+            }
             try txn.put(dbs.meta, key: MetaKey.nextSequence, uint64: sequence + 1)
             changes.removeAll()
         }

@@ -309,6 +309,23 @@ extension WriteTransaction {
         try check(rc, "mdb_put \(db.name)", path)
     }
 
+    /// Stores `value` under `key` if `key` sorts after every key of `db` (`MDB_APPEND`): LMDB
+    /// goes straight to the last leaf instead of searching from the root. For databases whose
+    /// keys mostly arrive in order (time-ordered ids, sequence numbers); not for DUPSORT
+    /// databases.
+    /// - Returns: false, having written nothing, when `key` does not sort after the last key
+    ///   (an equal key included): the caller then puts it the ordinary way.
+    public func appendIfLast(_ db: Database, key: some ByteSource, value: some ByteSource) throws(LMDBError) -> Bool {
+        precondition(!db.flags.contains(.duplicateSort), "appendIfLast is for databases without duplicates")
+        do {
+            try put(db, key: key, value: value, flags: .append)
+            return true
+        } catch {
+            guard error.code == .keyExists else { throw error }
+            return false
+        }
+    }
+
     /// Stores `value` under `key` as 8 little-endian bytes, the form ``TransactionReading/uint64(_:key:)``
     /// reads; no allocation. For counters kept as fixed-width values.
     public func put(_ db: Database, key: some ByteSource, uint64 value: UInt64) throws(LMDBError) {

@@ -56,4 +56,38 @@ import Testing
         #expect(bytes == [8, 7, 6, 5, 4, 3, 2, 1])
         #expect(read == value)
     }
+
+    /// `appendIfLast` writes only keys that sort after every key, and leaves nothing behind
+    /// otherwise; what it appends reads back like what an ordinary put stores.
+    @Test func appendsOnlyAfterTheLastKey() throws {
+        let dir = TemporaryDirectory()
+        let env = try openEnvironment(dir.path, [DatabaseSpec("appended"), DatabaseSpec("put")])
+        let appended = try env.database("appended"), put = try env.database("put")
+        func key(_ n: Int) -> [UInt8] { withUnsafeBytes(of: UInt32(n).bigEndian) { Array($0) } }
+        try env.write { txn in
+            #expect(try txn.appendIfLast(appended, key: key(10), value: [1]), "empty database")
+            #expect(try txn.appendIfLast(appended, key: key(20), value: [2]))
+            #expect(try !txn.appendIfLast(appended, key: key(20), value: [9]), "equal key")
+            #expect(try !txn.appendIfLast(appended, key: key(15), value: [9]), "key before the last")
+            #expect(try txn.get(appended, key: key(20)) == [2])
+            #expect(try txn.get(appended, key: key(15)) == nil)
+            try txn.put(put, key: key(10), value: [1])
+            try txn.put(put, key: key(20), value: [2])
+            for n in 100..<2_100 {
+                let value = [UInt8](repeating: UInt8(truncatingIfNeeded: n), count: 300)
+                #expect(try txn.appendIfLast(appended, key: key(n), value: value))
+                try txn.put(put, key: key(n), value: value)
+            }
+        }
+        func entries(_ db: Database) throws -> [[UInt8]] {
+            try env.read { txn in
+                var all: [[UInt8]] = []
+                try txn.scan(db, from: ScanStart<[UInt8]>.first) { key, value in all.append(key + value); return true }
+                return all
+            }
+        }
+        let a = try entries(appended), p = try entries(put)
+        #expect(a.count == 2_002)
+        #expect(a == p)
+    }
 }

@@ -73,9 +73,19 @@ import StashTestSupport
             try tx.insert(other)
         }
         #expect(try store.get(Item.self, id: item.id) == again)
-        #expect(try store.count(Item.self) == 2)
-        #expect(try store.count(Item.self, where: \.homeID, equals: home) == 2)
-        #expect(try store.history().flatMap { $0.changes.map(\.operation) } == [.insert, .delete, .insert, .insert])
+        // Ids that do not sort last (an old id, a type stored before the last one) are put the
+        // ordinary way; ids that do are appended.
+        let early = Item(id: RecordID(high: 1, low: 1), homeID: home, name: "e", category: "c", wearCount: 3, price: 3)
+        let flat = Home(name: "flat")
+        try store.write { tx in
+            try tx.insert(early)
+            try tx.insert(flat)
+        }
+        #expect(try store.get(Item.self, id: early.id) == early)
+        #expect(try store.get(Home.self, id: flat.id) == flat)
+        #expect(try store.count(Item.self) == 3)
+        #expect(try store.count(Item.self, where: \.homeID, equals: home) == 3)
+        #expect(try store.history().flatMap { $0.changes.map(\.operation) } == [.insert, .delete, .insert, .insert, .insert, .insert])
         let report = try store.verify()
         #expect(report.isClean, "\(report)")
     }
