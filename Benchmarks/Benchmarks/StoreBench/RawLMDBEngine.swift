@@ -102,7 +102,12 @@ final class RawLMDBEngine: Engine {
     @inline(__always)
     private func put(_ item: Item, _ txn: WriteTransaction) throws {
         let id = Self.key(item.id)
-        try txn.put(items, key: id, value: Self.encode(item), flags: .noOverwrite)
+        let value = Self.encode(item)
+        // As Stash does: time-ordered ids are appended when they sort last (a new key, pages
+        // filled up), put the ordinary way otherwise.
+        if try !txn.appendIfLast(items, key: id, value: value) {
+            try txn.put(items, key: id, value: value, flags: .noOverwrite)
+        }
         try txn.put(byHome, key: Self.key(item.homeID), value: id)
     }
 
