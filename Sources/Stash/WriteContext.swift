@@ -29,7 +29,7 @@ final class WriteContext: FieldTagResolver {
     /// the next: the index keys that change, and the bytes of a new record's versions.
     @exclusivity(unchecked) private var keyChanges: [(old: KeyBytes?, new: KeyBytes)] = []
     @exclusivity(unchecked) private var scratch = ByteWriter(capacity: 128)
-    /// Type tags whose insert could not append in this transaction (see ``insertNew``).
+    /// Type tags a new key of which did not sort last in this transaction (see ``putNew``).
     @exclusivity(unchecked) private var appendMisses: [UInt16] = []
     @exclusivity(unchecked) private var countDeltas: [UInt16: Int] = [:]
     /// This transaction's changes so far: its history entry at commit.
@@ -247,7 +247,11 @@ final class WriteContext: FieldTagResolver {
             for tag in tags { versions.fields[tag] = bumped(version, over: versions.fields[tag]) }
             versions.encode(into: &scratch)
         }
-        try txn.put(dbs.versions, key: key, value: scratch.bytes)
+        if fresh {
+            try putNew(dbs.versions, type.tag, key: key, value: scratch.bytes, flags: [])
+        } else {
+            try txn.put(dbs.versions, key: key, value: scratch.bytes)
+        }
         changes.append(.init(typeTag: type.tag, id: id, operation: old == nil ? .insert : .update, fieldTags: tags, origin: origin))
         return true
     }
@@ -262,30 +266,14 @@ final class WriteContext: FieldTagResolver {
         let tags = new.fields.map(\.tag)
         scratch.bytes.removeAll(keepingCapacity: true)
         RecordVersions.encode(incarnation: try writeVersion(), tombstone: nil, fieldTags: tags, into: &scratch)
-        // Time-ordered ids mostly arrive in key order: append when the id sorts after every
-        // stored one (then it is new, and its record sorts last too). A type whose insert could
-        // not append is not tried again in this transaction.
-        var appended = false
-        if !appendMisses.contains(type.tag) {
-            appended = try txn.appendIfLast(dbs.versions, key: key, value: scratch.bytes)
-            if !appended { appendMisses.append(type.tag) }
-        }
-        if !appended {
-            do {
-                try txn.put(dbs.versions, key: key, value: scratch.bytes, flags: .noOverwrite)
-            } catch {
-                guard error.code == .keyExists else { throw error }
-                return false
-            }
+        do {
+            try putNew(dbs.versions, type.tag, key: key, value: scratch.bytes, flags: .noOverwrite)
+        } catch let error as LMDBError where error.code == .keyExists {
+            return false
         }
         do {
             try putIndexEntries(layout, id: id, new)
-            if appended, try txn.appendIfLast(dbs.records, key: key, value: new.bytes) {
-                // Done: records hold no key that versions lack, unless the store is damaged,
-                // which the ordinary put below reports.
-            } else {
-                try putRecord(type, id: id, key: key, new, fresh: true)
-            }
+            try putRecord(type, id: id, key: key, new, fresh: true)
         } catch {
             // Leave no versions entry without its record behind.
             _ = try? txn.delete(dbs.versions, key: key)
@@ -307,11 +295,26 @@ final class WriteContext: FieldTagResolver {
     /// one that does means a damaged store, reported as such rather than overwritten.
     private func putRecord(_ type: TypeSchema, id: RecordID, key: KeyBytes, _ new: EncodedRecord, fresh: Bool) throws {
         do {
-            try txn.put(dbs.records, key: key, value: new.bytes, flags: fresh ? .noOverwrite : [])
-        } catch {
-            guard error.code == .keyExists else { throw error }
+            if fresh {
+                try putNew(dbs.records, type.tag, key: key, value: new.bytes, flags: .noOverwrite)
+            } else {
+                try txn.put(dbs.records, key: key, value: new.bytes)
+            }
+        } catch let error as LMDBError where error.code == .keyExists {
             throw StoreError(.corrupted, "store \(path): \(type.name) \(id) is stored without versions; run `stash verify \(path)`")
         }
+    }
+
+    /// Puts a key of type `typeTag` that `db` should not hold yet. Time-ordered ids mostly
+    /// arrive in key order, so it is appended when it sorts after every key (LMDB goes straight
+    /// to the last leaf); otherwise, or once a key of this type did not sort last in this
+    /// transaction, it is put the ordinary way with `flags`.
+    private func putNew(_ db: Database, _ typeTag: UInt16, key: KeyBytes, value: [UInt8], flags: PutFlags) throws {
+        if !appendMisses.contains(typeTag) {
+            if try txn.appendIfLast(db, key: key, value: value) { return }
+            appendMisses.append(typeTag)
+        }
+        try txn.put(db, key: key, value: value, flags: flags)
     }
 
     /// Moves a record's index entries from `old` (nil: a new record) to `new`, checking every
