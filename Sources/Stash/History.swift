@@ -88,8 +88,8 @@ extension HistoryEntry {
                               _ body: (UInt16, RecordID, HistoryChange.Operation, Bool) throws -> Void) throws -> Bool {
         var r = ByteReader(bytes)
         guard try r.byte() == 1 else { throw RecordFormatError(reason: "unknown history entry format") }
-        _ = try r.take(8 + 16)                       // timestamp, origin
-        _ = try r.take(Int(try r.varint()))          // author
+        try r.skip(8 + 16)                           // timestamp, origin
+        try r.skip(Int(clamping: try r.varint()))    // author
         let count = try r.varint()
         guard count <= UInt64(max(0, limit)) else { return false }
         for _ in 0..<count {
@@ -97,7 +97,7 @@ extension HistoryEntry {
             let id = try r.payloadRecordID()
             let opByte = try r.byte()
             guard let op = HistoryChange.Operation(rawValue: opByte & 0x7F) else { throw RecordFormatError(reason: "bad operation") }
-            if opByte & 0x80 != 0 { _ = try r.take(16) }
+            if opByte & 0x80 != 0 { try r.skip(16) }
             var writes = false
             for _ in 0..<(try r.varint()) {
                 if fields.contains(UInt16(truncatingIfNeeded: try r.varint())) { writes = true }

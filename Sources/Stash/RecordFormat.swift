@@ -181,7 +181,7 @@ struct ByteReader {
     }
 
     mutating func take(_ count: Int) throws -> ArraySlice<UInt8> {
-        guard count >= 0, offset + count <= end else { throw RecordFormatError(reason: "record truncated at byte \(offset)") }
+        guard count >= 0, count <= end - offset else { throw RecordFormatError(reason: "record truncated at byte \(offset)") }
         defer { offset += count }
         return bytes[offset..<(offset + count)]
     }

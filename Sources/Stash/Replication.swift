@@ -271,7 +271,7 @@ struct RecordVersions: Equatable {
             table.append(Version(clock: clock, site: site))
         }
         func version() throws -> Version {
-            let i = Int(try r.varint())
+            let i = Int(clamping: try r.varint())
             guard i < table.count else { throw RecordFormatError(reason: "bad version index") }
             return table[i]
         }

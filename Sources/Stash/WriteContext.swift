@@ -192,7 +192,7 @@ final class WriteContext: FieldTagResolver {
              versions merged: RecordVersions? = nil, origin: RecordID? = nil, absent: Bool = false) throws -> Bool {
         let type = layout.schema
         let key = StoreKeys.record(type.tag, id)
-        if mode == .insert, merged == nil, !absent, !type.indexes.contains(where: \.unique),
+        if mode == .insert, merged == nil, origin == nil, !absent, !type.indexes.contains(where: \.unique),
            try insertNew(layout, id: id, key: key, record: new) {
             return true
         }
@@ -215,11 +215,13 @@ final class WriteContext: FieldTagResolver {
         let old = try oldBytes.map { try decodeStored($0, type.name, id) }
         if old == nil, !type.indexes.contains(where: \.unique) {
             // A new record and no unique index: nothing to check first, no old key to remove.
+            // The record first: on a damaged store its put throws before any index entry exists.
+            try putRecord(type, id: id, key: key, new, fresh: fresh)
             try putIndexEntries(layout, id: id, new)
         } else {
             try changeIndexEntries(layout, id: id, old: old, new: new, merging: merged != nil)
+            try putRecord(type, id: id, key: key, new, fresh: fresh)
         }
-        try putRecord(type, id: id, key: key, new, fresh: fresh)
         var tags: [UInt16] = []
         if let old {
             for field in new.fields where old.rawValue(of: field.tag) != new.bytes[field.range] { tags.append(field.tag) }
@@ -259,24 +261,43 @@ final class WriteContext: FieldTagResolver {
     /// The common insert, tried first for types without unique indexes: the versions entry is
     /// put with `noOverwrite`, which doubles as the check that the id is new (one B-tree
     /// search instead of a lookup and then a put).
-    /// - Returns: false, having written nothing, when the id has versions already (a
-    ///   duplicate, or a re-insert after a delete): the general path then handles it.
+    /// - Returns: false, having written nothing (the clock included), when the id has versions
+    ///   already (a duplicate, or a re-insert after a delete): the general path then handles it.
+    /// - Throws: what the puts throw, having removed what this insert wrote, so that a caller
+    ///   that catches the error and commits leaves the store as it was.
     private func insertNew(_ layout: TypeLayout, id: RecordID, key: KeyBytes, record new: EncodedRecord) throws -> Bool {
         let type = layout.schema
         let tags = new.fields.map(\.tag)
+        // The clock as it was: a transaction whose only write falls back (and then fails as a
+        // duplicate) must not commit a clock that no write carries.
+        let clockBefore = (lastClock, localVersion)
         scratch.bytes.removeAll(keepingCapacity: true)
         RecordVersions.encode(incarnation: try writeVersion(), tombstone: nil, fieldTags: tags, into: &scratch)
         do {
             try putNew(dbs.versions, type.tag, key: key, value: scratch.bytes, flags: .noOverwrite)
-        } catch let error as LMDBError where error.code == .keyExists {
-            return false
-        }
-        do {
-            try putIndexEntries(layout, id: id, new)
-            try putRecord(type, id: id, key: key, new, fresh: true)
         } catch {
-            // Leave no versions entry without its record behind.
+            (lastClock, localVersion) = clockBefore
+            if let error = error as? LMDBError, error.code == .keyExists { return false }
+            throw error
+        }
+        var recordPut = false
+        do {
+            // The record first: on a damaged store (a record without versions) its put throws
+            // before any index entry exists.
+            try putRecord(type, id: id, key: key, new, fresh: true)
+            recordPut = true
+            try putIndexEntries(layout, id: id, new)
+        } catch {
+            // Take back what this insert wrote (best effort: the error that matters is `error`).
+            if recordPut {
+                let idBytes = StoreKeys.indexValue(id)
+                for index in layout.schema.indexes {
+                    if let indexKey = try? indexKey(index, layout, new) { _ = try? txn.delete(dbs.index, key: indexKey, value: idBytes) }
+                }
+                _ = try? txn.delete(dbs.records, key: key)
+            }
             _ = try? txn.delete(dbs.versions, key: key)
+            (lastClock, localVersion) = clockBefore
             throw error
         }
         countDeltas[type.tag, default: 0] += 1
@@ -492,11 +513,18 @@ final class WriteContext: FieldTagResolver {
         }
         if !changes.isEmpty {
             let sequence = try txn.uint64(dbs.meta, key: MetaKey.nextSequence) ?? 1
+            guard sequence < UInt64.max else {
+                throw StoreError(.corrupted, "store \(path): the next history sequence number in meta is \(sequence), past any real history; run `stash verify \(path)`")
+            }
             let entry = HistoryEntry.encode(timestamp: Date(), origin: siteID, author: author, changes: changes)
             var key = KeyBytes()
             key.appendBigEndian(sequence)
-            // Sequences only grow: the entry sorts last.
+            // Sequences only grow: the entry sorts last. Should a damaged `meta` have sent the
+            // sequence back, an existing entry is reported, never overwritten.
             if try !txn.appendIfLast(dbs.history, key: key, value: entry) {
+                if try txn.contains(dbs.history, key: key) {
+                    throw StoreError(.corrupted, "store \(path): history entry \(sequence) exists already, so the next sequence number in meta is behind the history; run `stash verify \(path)`")
+                }
                 try txn.put(dbs.history, key: key, value: entry)
             }
             try txn.put(dbs.meta, key: MetaKey.nextSequence, uint64: sequence + 1)

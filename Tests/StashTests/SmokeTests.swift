@@ -1,5 +1,6 @@
 import Foundation
 import Stash
+import StashLMDB
 import Testing
 import StashTestSupport
 
@@ -73,6 +74,12 @@ import StashTestSupport
             try tx.insert(other)
         }
         #expect(try store.get(Item.self, id: item.id) == again)
+        // A transaction whose only write is a duplicate insert, caught: nothing to commit, not
+        // even the clock (LMDB's transaction id stays where it was).
+        let env = try Environment.open(path: dir.path)
+        let lastTransaction = env.info().lastTransactionID
+        try store.write { tx in _ = try? tx.insert(again) }
+        #expect(env.info().lastTransactionID == lastTransaction)
         // Ids that do not sort last (an old id, a type stored before the last one) are put the
         // ordinary way; ids that do are appended.
         let early = Item(id: RecordID(high: 1, low: 1), homeID: home, name: "e", category: "c", wearCount: 3, price: 3)

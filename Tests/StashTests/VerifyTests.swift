@@ -108,6 +108,36 @@ import StashTestSupport
         #expect(try store.get(Item.self, id: item.id) == item)
         #expect(try store.count(Item.self, where: \.homeID, equals: again.homeID) == 0)
         #expect(try store.count(Item.self) == 1)
+
+        // A caller that catches the error and commits the transaction anyway: what the failed
+        // insert wrote (its versions, an index entry) must not stay behind.
+        try store.write { tx in
+            #expect((thrownError { try tx.insert(again) } as? StoreError)?.code == .corrupted)
+        }
+        #expect(try store.get(Item.self, id: item.id) == item)
+        #expect(try store.count(Item.self, where: \.homeID, equals: again.homeID) == 0)
+        #expect(try store.count(Item.self, where: \.homeID, equals: item.homeID) == 1)
+        let problems = try store.verify().problems
+        #expect(problems.count == 1 && problems[0].contains("no versions entry"), "\(problems)")
+    }
+
+    /// History entries are never overwritten: should a damaged `meta` send the next sequence
+    /// number back onto an existing entry, the write fails as corrupted and the entry stays.
+    @Test func aSequenceSentBackIsReportedNotOverwritten() throws {
+        let dir = TemporaryDirectory()
+        let store = try Store.open(at: dir.path, types: [Home.self, Item.self])
+        try store.insert(Home(name: "one"))
+        try store.insert(Home(name: "two"))
+        let before = try store.history()
+        #expect(before.count == 2)
+        let env = try Environment.open(path: dir.path)
+        let meta = try env.database("meta")
+        try env.write { txn in try txn.put(meta, key: Array("nextSequence".utf8), uint64: 1) }
+        let error = thrownError { try store.insert(Home(name: "three")) } as? StoreError
+        #expect(error?.code == .corrupted)
+        #expect(error?.message.contains("verify") == true)
+        #expect(try store.history() == before)
+        #expect(try store.count(Home.self) == 2)
     }
 }
 
