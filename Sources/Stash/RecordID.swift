@@ -96,8 +96,13 @@ extension RecordID: Codable {
 ///
 /// The random bits come from the system's CSPRNG in blocks of ``EntropyPool/blockSize`` bytes
 /// (one read per 512 ids instead of one `getrandom` system call per id, which cost about
-/// 0.5 µs). A forked child never reuses its parent's buffered bits: `pthread_atfork` bumps
-/// a fork counter that makes the child draw a fresh block.
+/// 0.5 µs). A block is read outside the generator's lock, so no thread waits on the read and
+/// a fork during it cannot leave the lock held in the child. A forked child never reuses its
+/// parent's buffered bits: `pthread_atfork` bumps a fork counter that makes the child draw a
+/// fresh block.
+///
+/// Ids made faster than 4,096 per millisecond borrow the next millisecond: they stay unique
+/// and increasing, and their timestamps run ahead of the clock for as long as the burst lasts.
 final class RecordIDGenerator: Sendable {
     static let shared = RecordIDGenerator()
 
@@ -112,37 +117,49 @@ final class RecordIDGenerator: Sendable {
 
     func next() -> RecordID {
         let now = UInt64(max(0, Date().timeIntervalSince1970 * 1000))
-        let (millis, counter, random) = state.withLock { s -> (UInt64, UInt64, UInt64) in
-            if now > s.millis {
-                s.millis = now
-                s.counter = s.entropy.next() & ((1 << 11) - 1)
-            } else {
-                s.counter += 1
-                if s.counter >= (1 << 12) { (s.millis, s.counter) = (s.millis + 1, 0) }
+        while true {
+            let drawn = state.withLock { s -> (UInt64, UInt64, UInt64)? in
+                // At most two words: a new millisecond's counter seed and the random part.
+                guard s.entropy.canDraw(2) else { return nil }
+                if now > s.millis {
+                    s.millis = now
+                    s.counter = s.entropy.take() & ((1 << 11) - 1)
+                } else {
+                    s.counter += 1
+                    if s.counter >= (1 << 12) { (s.millis, s.counter) = (s.millis + 1, 0) }
+                }
+                return (s.millis, s.counter, s.entropy.take())
             }
-            return (s.millis, s.counter, s.entropy.next())
+            guard let (millis, counter, random) = drawn else {
+                let block = EntropyPool.readBlock()
+                state.withLock { $0.entropy.install(block) }
+                continue
+            }
+            // 48-bit ms | version 7 | 12-bit counter ; variant 10 | 62 random bits
+            let high = (millis << 16) | (0x7 << 12) | (counter & 0xFFF)
+            let low = (UInt64(0b10) << 62) | (random >> 2)
+            return RecordID(high: high, low: low)
         }
-        // 48-bit ms | version 7 | 12-bit counter ; variant 10 | 62 random bits
-        let high = (millis << 16) | (0x7 << 12) | (counter & 0xFFF)
-        let low = (UInt64(0b10) << 62) | (random >> 2)
-        return RecordID(high: high, low: low)
     }
 }
 
 /// Random 64-bit words from the system's CSPRNG, read a block at a time.
 ///
-/// Reads `/dev/urandom` (the same generator as `getrandom`); where it cannot be read, falls
-/// back to `SystemRandomNumberGenerator`, one call per word. Not thread-safe: its owner
-/// guards it.
+/// Reads `/dev/urandom` (the same generator as `getrandom`), and only when it is a character
+/// device (a regular file in its place, in a sandbox or a broken image, would give every
+/// process the same bits). When the block cannot be read, the next ``blockSize``/8 words come
+/// from `SystemRandomNumberGenerator`, one system call each, and then the device is tried
+/// again. Not thread-safe: its owner guards it.
 struct EntropyPool {
     static let blockSize = 4096
+    static let devicePath = "/dev/urandom"
     /// Bumped in a forked child (see ``watchForks()``).
     private static let forks = Atomic<UInt64>(0)
 
     private var words: [UInt64] = []
     private var forkCount: UInt64 = 0
-    /// Set when `/dev/urandom` could not be read: no further attempts.
-    private var unavailable = false
+    /// Words still to draw from `SystemRandomNumberGenerator` before reading a block again.
+    private var fallbackWords = 0
 
     /// The words left in the buffer (for tests).
     var buffered: Int { words.count }
@@ -162,31 +179,55 @@ struct EntropyPool {
         forks.add(1, ordering: .relaxed)
     }
 
-    mutating func next() -> UInt64 {
+    /// True when `count` words can be taken without reading a block: they are buffered, or
+    /// the pool is falling back to the system generator. False means: read a block
+    /// (``readBlock(from:)``) and ``install(_:)`` it.
+    mutating func canDraw(_ count: Int) -> Bool {
         let forks = Self.forks.load(ordering: .relaxed)
         if forkCount != forks {
             words.removeAll(keepingCapacity: true)
             forkCount = forks
         }
-        if words.isEmpty, !unavailable { refill() }
-        guard let word = words.popLast() else {
-            var system = SystemRandomNumberGenerator()
-            return system.next()
-        }
-        return word
+        return words.count >= count || fallbackWords > 0
     }
 
-    private mutating func refill() {
-        guard let handle = FileHandle(forReadingAtPath: "/dev/urandom") else {
-            unavailable = true
+    /// Adds a block read by ``readBlock(from:)``; nil (it could not be read) starts a stretch
+    /// of words from the system generator.
+    mutating func install(_ block: [UInt64]?) {
+        _ = canDraw(0)   // a fork since the read: drop what the parent had buffered first
+        guard let block else {
+            fallbackWords = Self.blockSize / 8
             return
         }
+        words.append(contentsOf: block)
+    }
+
+    /// A buffered word, or one from the system generator (while falling back, or when the
+    /// caller did not check ``canDraw(_:)``).
+    mutating func take() -> UInt64 {
+        if let word = words.popLast() { return word }
+        fallbackWords = max(0, fallbackWords - 1)
+        var system = SystemRandomNumberGenerator()
+        return system.next()
+    }
+
+    /// ``take()``, reading a block first when none is buffered: for an owner that does not
+    /// mind the read under its lock.
+    mutating func next() -> UInt64 {
+        if !canDraw(1) { install(Self.readBlock()) }
+        return take()
+    }
+
+    /// One block of words from `path`, or nil when it is not a character device or cannot be
+    /// read whole.
+    static func readBlock(from path: String = devicePath) -> [UInt64]? {
+        guard let type = try? FileManager.default.attributesOfItem(atPath: path)[.type] as? FileAttributeType,
+              type == .typeCharacterSpecial,
+              let handle = FileHandle(forReadingAtPath: path) else { return nil }
         defer { try? handle.close() }
-        guard let block = try? handle.read(upToCount: Self.blockSize), block.count == Self.blockSize else {
-            unavailable = true
-            return
-        }
-        words.reserveCapacity(Self.blockSize / 8)
+        guard let block = try? handle.read(upToCount: blockSize), block.count == blockSize else { return nil }
+        var words: [UInt64] = []
+        words.reserveCapacity(blockSize / 8)
         var word: UInt64 = 0
         for (i, byte) in block.enumerated() {
             word = word << 8 | UInt64(byte)
@@ -195,5 +236,6 @@ struct EntropyPool {
                 word = 0
             }
         }
+        return words
     }
 }

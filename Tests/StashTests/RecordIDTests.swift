@@ -1,15 +1,19 @@
 import Foundation
 @testable import Stash
 import Testing
+import StashTestSupport
 
 /// New ids: time-ordered, strictly increasing within the process, and with random bits that
 /// come from buffered system entropy without ever repeating a word, nor reusing a buffer
 /// across a fork.
 @Suite struct RecordIDTests {
     @Test func newIDsIncreaseAndTheirRandomBitsNeverRepeat() {
+        // A generator of its own: tests running in parallel that make ids through the shared
+        // one may push its clock ahead (see below) by more than this test allows.
+        let generator = RecordIDGenerator()
         let before = UInt64(Date().timeIntervalSince1970 * 1000)
         // 5,000 ids draw about ten blocks of entropy.
-        let ids = (0..<5_000).map { _ in RecordID() }
+        let ids = (0..<5_000).map { _ in generator.next() }
         let after = UInt64(Date().timeIntervalSince1970 * 1000)
         for (a, b) in zip(ids, ids.dropFirst()) { #expect(a < b, "\(a) then \(b)") }
         for id in ids {
@@ -34,6 +38,31 @@ import Testing
         #expect(pool.buffered == perBlock - 11)
         // What the child's fork handler does: the pool must not hand out its parent's words.
         EntropyPool.noteFork()
+        _ = pool.next()
+        #expect(pool.buffered == perBlock - 1)
+    }
+
+    /// A block that cannot be read (the device missing, or a regular file in its place) means
+    /// a block's worth of words from the system generator, then another try: never a
+    /// permanent switch to the slow path, never bits from a file.
+    @Test func aPoolFallsBackForABlockThenReadsAgain() throws {
+        let perBlock = EntropyPool.blockSize / 8
+        #expect(EntropyPool.readBlock()?.count == perBlock)
+        let dir = TemporaryDirectory()
+        let fake = dir.path + "/urandom"
+        #expect(FileManager.default.createFile(atPath: fake, contents: Data(count: EntropyPool.blockSize)))
+        #expect(EntropyPool.readBlock(from: fake) == nil)
+
+        var pool = EntropyPool()
+        pool.install(nil)
+        let fallingBack = pool.canDraw(2)
+        #expect(fallingBack)
+        var words: Set<UInt64> = []
+        for _ in 0..<perBlock { words.insert(pool.take()) }
+        #expect(words.count == perBlock, "the system generator repeated a word")
+        #expect(pool.buffered == 0)
+        let stillFallingBack = pool.canDraw(1)
+        #expect(!stillFallingBack, "still falling back after a block's worth of words")
         _ = pool.next()
         #expect(pool.buffered == perBlock - 1)
     }
