@@ -291,6 +291,11 @@ extension StoreReading {
     }
 }
 
+extension StoreReading {
+    /// The store this snapshot or transaction reads.
+    public var store: Store { reader.store }
+}
+
 /// A consistent read-only view of the store; valid inside ``Store/read(_:)`` only.
 public struct StoreSnapshot: StoreReading {
     public let reader: RecordReader

@@ -175,13 +175,18 @@ public final class Store: Sendable {
     }
 
     /// Re-reads the schema from the store (after another process changed it).
+    ///
+    /// Only what a read snapshot sees is published to the whole process: a write transaction
+    /// may see a schema that is not committed (saved by an earlier writer of its group
+    /// commit), and that schema must not outlive a group that fails. A write publishes its own
+    /// schema after its commit (see ``write(author:_:)``).
     func reloadCatalog<T: TransactionReading>(_ txn: T) throws -> Catalog {
         let generation = try txn.uint64(dbs.meta, key: MetaKey.schemaGeneration) ?? 0
         let current = catalog
         if generation == current.generation { return current }
         let schema = try SchemaMerger.loadSchema(txn, dbs, path) ?? StoreSchema()
         let fresh = Catalog(schema: schema, generation: generation)
-        publish(fresh)
+        if txn is ReadTransaction { publish(fresh) }
         return fresh
     }
 

@@ -86,7 +86,9 @@ public final class FeatureGate: Sendable {
     /// 10,000 homes cost a millisecond, and a store needs the answer as soon as it holds more
     /// items than one home may (two full homes). Records change only in write transactions,
     /// and each one that changes a record commits a new history entry (schema changes at
-    /// open, such as an index rebuild, change no count), so the sequence a read snapshot sees
+    /// open, such as an index rebuild, change no count; but every process that opens the store
+    /// must declare the parent index a limit counts by, since opening with types that lack an
+    /// index drops it, and then no count of it holds, cached or not), so the sequence a read snapshot sees
     /// names its counts exactly: later snapshots of that state read two metadata values
     /// instead of the totals and the parents. A newer state, or a write transaction (which
     /// also sees its own uncommitted changes), starts from the parents cached for an older
@@ -418,6 +420,8 @@ public final class FeatureGate: Sendable {
     }
 
     /// Decides `action` with the counts `reading` sees (a snapshot or a write transaction).
+    /// A reading of another store than the gate's is counted afresh: the counts the gate keeps
+    /// between checks are its own store's.
     public func check<S: StoreReading>(_ action: GateAction, in reading: S) -> GateDecision {
         let access = access(at: clockGuard.referenceMilliseconds)
         saveClockInBackgroundIfMoved()
@@ -469,11 +473,14 @@ public final class FeatureGate: Sendable {
     /// limit of the created type (and parent). Each count is read once; in a read snapshot
     /// of a state already counted, the totals and largest groups come from ``countsCache``.
     private func decideCreation<S: StoreReading>(_ action: GateAction, _ access: Access, _ reading: S) throws -> GateDecision {
-        let isSnapshot = S.self == StoreSnapshot.self
+        // The caches hold this gate's store's counts, by its history sequence: a reading of
+        // another store (whose sequences mean other states) is counted afresh and not kept.
+        let ownStore = reading.store === store
+        let isSnapshot = ownStore && S.self == StoreSnapshot.self
         var sequence = isSnapshot && readsSequenceFirst.load(ordering: .relaxed) ? try reading.historyBounds().current.sequence : nil
         var reached: DenialReason?
         for (position, rule) in rules.enumerated() {
-            let counts = try counts(position, rule, reading, isSnapshot: isSnapshot, sequence: &sequence)
+            let counts = try counts(position, rule, reading, isSnapshot: isSnapshot, ownStore: ownStore, sequence: &sequence)
             if rule.parentField == nil {
                 if counts.total > rule.maximum { return .deny(.overLimit, access) }
                 if reached == nil, counts.total >= rule.maximum, rule.matches(action) { reached = rule.denial }
@@ -496,7 +503,7 @@ public final class FeatureGate: Sendable {
     /// snapshot, kept for its sequence. The first time parents are needed in a snapshot it
     /// reads the sequence (and turns on ``readsSequenceFirst``) so that they are kept. No
     /// allocation when the counts come from the cache.
-    private func counts<S: StoreReading>(_ position: Int, _ rule: LimitRule, _ reading: S, isSnapshot: Bool,
+    private func counts<S: StoreReading>(_ position: Int, _ rule: LimitRule, _ reading: S, isSnapshot: Bool, ownStore: Bool = true,
                                          sequence: inout UInt64?) throws -> RuleCounts {
         let cached = countsCache.withLock { $0[position] }
         if isSnapshot, let sequence, cached.sequence == sequence { return cached }
@@ -507,8 +514,10 @@ public final class FeatureGate: Sendable {
                 sequence = try reading.historyBounds().current.sequence
                 counts.sequence = sequence
             }
-            var base = cached.sequence.flatMap { at in cached.groups.parents.map { (at, $0) } }
-            if !isSnapshot, let committed = try committedParents(position, rule) { base = committed }
+            var base = ownStore ? cached.sequence.flatMap { at in cached.groups.parents.map { (at, $0) } } : nil
+            // The committed base only speeds the count up: should its read fail (no free
+            // reader slot, say), the parents are walked instead of the write being denied.
+            if !isSnapshot, ownStore, let committed = try? committedParents(position, rule) { base = committed }
             counts.groups = try rule.counter.groupsOver(rule.maximum, reading, since: base)
             if counts.groups.walked { parentWalks.add(1, ordering: .relaxed) }
         }

@@ -206,17 +206,28 @@ struct TypedLimitCounter<R: Record>: LimitCounter {
     /// moved to it). Otherwise, or after more than ``incrementalLimit`` changes, every parent.
     func groupsOver<S: StoreReading>(_ maximum: Int, _ reading: S, since base: GroupsOver.Base?) throws -> GroupsOver {
         guard let index else { return GroupsOver(walkedAny: try total(reading) > maximum) }
-        if let base, let changed = try reading.changedRecords(in: index, after: HistoryToken(sequence: base.sequence),
-                                                              limit: Self.incrementalLimit) {
-            var candidates = base.parents
-            for id in changed {
-                guard case .uuid(let value)? = try reading.indexedValue(of: index, id: id) else { continue }
-                let now = RecordID(value)
-                if !candidates.contains(now) { candidates.append(now) }
-            }
-            return GroupsOver(parents: try candidates.filter { try reading.count(index, equals: $0) > maximum })
+        // The changes since `base` only speed the count up: any of them that cannot be read
+        // (a record damaged, or written in a newer format) means walking every parent, which
+        // reads the index alone, rather than a denial.
+        if let base, let incremental = try? incrementalGroupsOver(maximum, reading, index, since: base) {
+            return incremental
         }
         return GroupsOver(parents: try reading.groups(index, largerThan: maximum).map(\.value), walked: true)
+    }
+
+    /// ``groupsOver(_:_:since:)`` from `base` and the changes since; nil when they cannot be
+    /// followed (purged, or too many).
+    private func incrementalGroupsOver<S: StoreReading>(_ maximum: Int, _ reading: S, _ index: IndexHandle<R, RecordID>,
+                                                        since base: GroupsOver.Base) throws -> GroupsOver? {
+        guard let changed = try reading.changedRecords(in: index, after: HistoryToken(sequence: base.sequence),
+                                                       limit: Self.incrementalLimit) else { return nil }
+        var candidates = base.parents
+        for id in changed {
+            guard case .uuid(let value)? = try reading.indexedValue(of: index, id: id) else { continue }
+            let now = RecordID(value)
+            if !candidates.contains(now) { candidates.append(now) }
+        }
+        return GroupsOver(parents: try candidates.filter { try reading.count(index, equals: $0) > maximum })
     }
 }
 

@@ -1,5 +1,6 @@
 import Foundation
 import Stash
+import StashLMDB
 @testable import StashGate
 import StashTestSupport
 import Testing
@@ -185,5 +186,69 @@ import Testing
             if Int.random(in: 0..<4, using: &rng) == 0 { verify(items, step) }   // the same state again, from the cache
         }
         #expect(try f.store.count(Item.self) == items.count)
+    }
+
+    /// The counts the gate keeps are its own store's, by history sequence: a check in a
+    /// snapshot of another store at the same sequence is counted afresh, and neither takes
+    /// this store's counts nor leaves its own behind for them.
+    @Test func aSnapshotOfAnotherStoreNeitherUsesNorPoisonsTheCounts() throws {
+        let f = try Fixture { $0.limits = [.maxRecords(Home.self, 3), .maxRecords(Item.self, 10, per: \.homeID)] }
+        let other = try Store.open(at: f.dir.sub("other"), types: [Home.self, Item.self] + FeatureGate.recordTypes)
+        func fill(_ store: Store, split: Int) throws {
+            let homes = [Home(name: "1"), Home(name: "2")]
+            try store.write { tx in for home in homes { try tx.insert(home) } }
+            try store.write { tx in for n in 0..<20 { try tx.insert(Item(homeID: homes[n < split ? 0 : 1].id, name: "\(n)")) } }
+        }
+        try fill(f.store, split: 10)   // 10 + 10: within the limits
+        try fill(other, split: 11)     // 11 + 9: one home over
+        try #require(try f.store.currentToken() == other.currentToken())
+        #expect(try other.read { f.gate.check(.create(Home.self), in: $0) }.denial == .overLimit)
+        #expect(f.gate.check(.create(Home.self)).isAllowed)
+        #expect(try other.read { f.gate.check(.create(Home.self), in: $0) }.denial == .overLimit)
+        try other.write { tx in #expect(f.gate.check(.create(Home.self), in: tx).denial == .overLimit) }
+        #expect(f.gate.check(.create(Home.self)).isAllowed)
+    }
+
+    /// The committed parents a write starts from are read in a snapshot of their own; with no
+    /// reader slot free for it, the write counts its parents the long way, and is not denied.
+    @Test func aWriteWithNoReaderSlotLeftStillDecides() throws {
+        let (f, _, _) = try fixture()
+        #expect(f.gate.check(.create(Home.self)).isAllowed)   // counted and kept
+        try f.store.insert(Item(homeID: RecordID(), name: "elsewhere"))
+        var exhausted = false
+        var decided: GateDecision?
+        func nest(_ depth: Int) throws {
+            do {
+                try f.store.read { _ in try nest(depth + 1) }
+            } catch let error as StoreError where error.message.contains("readers") {
+                exhausted = true
+                decided = try f.store.write { tx in try f.gate.authorize(.create(Home.self), in: tx) }
+            }
+        }
+        try nest(0)
+        try #require(exhausted)
+        #expect(decided?.isAllowed == true)
+    }
+
+    /// A changed record the gate cannot read (damaged, or from a newer format) sends it to
+    /// the walk of the parent index, which does not read records: not to a denial.
+    @Test func anUnreadableChangedRecordMeansWalkingNotDenying() throws {
+        let (f, _, _) = try fixture()
+        #expect(f.gate.check(.create(Home.self)).isAllowed)   // counted and kept
+        let stray = Item(homeID: RecordID(), name: "stray")
+        try f.store.insert(stray)
+        let env = try Environment.open(path: f.dir.sub("store"))
+        let records = try env.database("records")
+        let idBytes = withUnsafeBytes(of: stray.id.high.bigEndian, Array.init) + withUnsafeBytes(of: stray.id.low.bigEndian, Array.init)
+        try env.write { txn in
+            var key: [UInt8]?
+            try txn.scan(records, from: ScanStart<[UInt8]>.first) { k, _ in
+                if k.suffix(16).elementsEqual(idBytes) { key = k; return false }
+                return true
+            }
+            try txn.put(records, key: try #require(key), value: [UInt8]([2, 0, 0]))
+        }
+        #expect(f.gate.check(.create(Home.self)).isAllowed)
+        #expect(f.gate.parentWalks.load(ordering: .relaxed) == 2)
     }
 }

@@ -1,5 +1,5 @@
 import Foundation
-import Stash
+@testable import Stash
 import Synchronization
 import Testing
 import StashTestSupport
@@ -94,6 +94,27 @@ final class ProgressLog: Sendable {
 }
 
 @Suite struct SchemaEvolutionTests {
+    /// A write transaction may see a schema that is not committed (saved by an earlier writer
+    /// of its group commit): it must not become the process's schema, which would outlive a
+    /// group that fails, and shadow a different schema another process commits later.
+    @Test func aSchemaSeenInsideAWriteIsNotPublishedBeforeItCommits() throws {
+        let dir = TemporaryDirectory()
+        let store = try Store.open(at: dir.path, types: [GarmentV1.self])
+        let before = store.schema
+        var unsaved = before
+        unsaved.version += 7
+        #expect(throws: CancellationError.self) {
+            try store.write { tx in
+                let txn = tx.context.txn
+                try SchemaMerger.saveSchema(unsaved, generation: store.catalog.generation + 1, txn, store.dbs)
+                #expect(try store.reloadCatalog(txn).schema == unsaved)   // this transaction sees it
+                throw CancellationError()
+            }
+        }
+        #expect(store.schema == before)
+        #expect(try store.read { _ in store.schema } == before)
+    }
+
     /// Writes `n` V1 garments and returns them.
     static func seed(_ path: String, _ n: Int) throws -> [GarmentV1] {
         let store = try Store.open(at: path, types: [GarmentV1.self])
