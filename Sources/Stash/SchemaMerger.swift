@@ -114,6 +114,7 @@ struct SchemaMerger {
             }
         }
         let storedCount = try context.count(try context.layout(name).schema.tag)
+        let before = try context.layout(name).schema
         try context.updateSchema { schema in
             let t = schema.types.firstIndex { $0.name == name }!
             schema.types[t].localOnly = declaration.localOnly
@@ -145,6 +146,18 @@ struct SchemaMerger {
             }
         }
         try mergeIndexes(declaration, into: context)
+        // Stored records that lack a field are indexed under its default: an index on a field
+        // whose default changed is rebuilt (indexes added just now were built with the new one).
+        let changedDefaults = Set(declaration.defaults.compactMap { fieldName, value in
+            before.field(named: fieldName).flatMap { $0.defaultValue == value ? nil : fieldName }
+        })
+        guard !changedDefaults.isEmpty else { return }
+        let after = try context.layout(name).schema
+        for index in after.indexes where before.indexes.contains(where: { $0.tag == index.tag })
+            && index.fields.contains(where: changedDefaults.contains) {
+            try removeEntries(of: index, of: after)
+            try backfill(index, of: name, context)
+        }
     }
 
     private func mergeIndexes(_ declaration: TypeDeclaration, into context: WriteContext) throws {
@@ -171,16 +184,21 @@ struct SchemaMerger {
     }
 
     private func dropIndex(_ index: IndexSchema, of type: TypeSchema, _ context: WriteContext) throws {
+        try removeEntries(of: index, of: type)
+        context.updateSchema { schema in
+            let t = schema.types.firstIndex { $0.name == type.name }!
+            schema.types[t].indexes.removeAll { $0.tag == index.tag }
+        }
+    }
+
+    /// Deletes every entry of `index` (each key with all its duplicates). O(distinct keys).
+    private func removeEntries(of index: IndexSchema, of type: TypeSchema) throws {
         var keys: [[UInt8]] = []
         try txn.forEachKeyWithCount(dbs.index, prefix: StoreKeys.indexPrefix(type.tag, index.tag)) { key, _ in
             keys.append(key)
             return true
         }
         for key in keys { try txn.delete(dbs.index, key: key) }
-        context.updateSchema { schema in
-            let t = schema.types.firstIndex { $0.name == type.name }!
-            schema.types[t].indexes.removeAll { $0.tag == index.tag }
-        }
     }
 
     private func backfill(_ index: IndexSchema, of typeName: String, _ context: WriteContext) throws {
