@@ -357,4 +357,29 @@ import StashTestSupport
         #expect(outcome == .applied(entries: 25_000, changed: 25_000))
         #expect(seen.all == ["import: 10000/25000", "import: 20000/25000"])
     }
+
+    /// One device replaces a unique singleton (a new record takes the value after the old
+    /// one is deleted): the delta holds both final states, and the receiver must not judge
+    /// the new record against the old one it is about to delete, which would delete the new
+    /// one on every replica.
+    @Test func replacingAUniqueSingletonInOneDeltaKeepsTheNewRecord() throws {
+        let dir = TemporaryDirectory()
+        let a = try Device.open(dir.sub("a"), family: family)
+        let b = try Device.open(dir.sub("b"), family: family)
+        let old = UserProfile(displayName: "old")
+        try a.store.insert(old)
+        _ = try a.sync(with: b)
+        var new = UserProfile(displayName: "new")
+        new.kind = "draft"
+        try a.store.insert(new)
+        #expect(try a.store.delete(UserProfile.self, id: old.id))
+        try a.store.update(UserProfile.self, id: new.id) { $0.kind = "profile" }
+        _ = try a.sync(with: b)
+        _ = try a.sync(with: b)
+        for store in [a.store, b.store] {
+            #expect(try store.get(UserProfile.self, id: new.id)?.kind == "profile")
+            #expect(try store.count(UserProfile.self) == 1)
+            #expect(try store.verify().isClean)
+        }
+    }
 }
