@@ -139,6 +139,11 @@ extension StoreTransaction {
     /// updating record, indexes, counts, versions and history together. The local clock
     /// follows remote versions at most ``maximumClockSkew`` past local time. The history change carries
     /// `origin`, so the change is not sent back there.
+    ///
+    /// A unique-index clash the merged state makes is not an error: when the transaction
+    /// commits, of the records sharing a unique value the one with the smallest id stays and
+    /// the others are deleted (judged on the transaction's final state, so merges that move
+    /// or swap values between records delete nothing).
     /// - Returns: false when the state changed nothing.
     @discardableResult
     public func merge(_ state: RecordState, origin: RecordID) throws -> Bool {

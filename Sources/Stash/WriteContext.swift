@@ -32,6 +32,10 @@ final class WriteContext: FieldTagResolver {
     /// Type tags a new key of which did not sort last in this transaction (see ``putNew``).
     @exclusivity(unchecked) private var appendMisses: [UInt16] = []
     @exclusivity(unchecked) private var countDeltas: [UInt16: Int] = [:]
+    /// Unique index keys that merges of this transaction gave a record, unchecked, with the
+    /// record's type: clashes are settled at commit, on the final state (see
+    /// ``settleMergedUniqueClashes()``).
+    @exclusivity(unchecked) private var mergedUniqueKeys: [KeyBytes: String] = [:]
     /// This transaction's changes so far: its history entry at commit.
     @exclusivity(unchecked) private(set) var changes: [HistoryChange.Stored] = []
     let now: @Sendable () -> Date
@@ -339,8 +343,9 @@ final class WriteContext: FieldTagResolver {
     }
 
     /// Moves a record's index entries from `old` (nil: a new record) to `new`, checking every
-    /// unique index before changing anything, so that a refused write (or a merge that
-    /// settles a clash differently) leaves no partial index change behind.
+    /// unique index before changing anything, so that a refused write leaves no partial index
+    /// change behind. A merge's unique keys are not checked here but noted, and settled at
+    /// commit (``settleMergedUniqueClashes()``).
     private func changeIndexEntries(_ layout: TypeLayout, id: RecordID, old: EncodedRecord?, new: EncodedRecord, merging: Bool) throws {
         let idBytes = StoreKeys.indexValue(id)
         keyChanges.removeAll(keepingCapacity: true)
@@ -349,8 +354,11 @@ final class WriteContext: FieldTagResolver {
             let oldKey = try old.map { try indexKey(index, layout, $0) }
             if let oldKey, oldKey == newKey, !newKey.isLossy { continue }
             if index.unique {
-                do { try checkUnique(index, layout, newKey, new, id) }
-                catch let clash as UniqueClash where !merging { throw clash.error }
+                if merging {
+                    mergedUniqueKeys[newKey] = layout.schema.name
+                } else if let other = try uniqueHolder(index, layout, newKey, new, id) {
+                    throw try uniqueViolation(index, layout, new, holder: other)
+                }
             }
             keyChanges.append((oldKey, newKey))
         }
@@ -391,8 +399,8 @@ final class WriteContext: FieldTagResolver {
     /// Merges a remote state into the stored one (see ``RecordState/merged(with:counters:)``)
     /// and writes the result with its versions; the history change carries `origin`.
     ///
-    /// A unique-index clash with another record is settled the same way on every replica:
-    /// the record with the smaller id stays, the other is deleted.
+    /// A unique-index clash with another record is settled when the transaction commits
+    /// (``settleMergedUniqueClashes()``), the same way on every replica.
     /// - Returns: false when the remote state changed nothing here.
     @discardableResult
     func merge(_ remote: RecordState, origin: RecordID) throws -> Bool {
@@ -432,22 +440,45 @@ final class WriteContext: FieldTagResolver {
         }
         let encoded = RecordEncoder.encode(tagged: values.lazy.map { ($0.tag, $0.value) }, capacity: encodedSizeHint)
         encodedSizeHint = min(max(256, encoded.bytes.count + 32), 1 << 16)
-        do {
-            return try put(layout, id: state.id, record: encoded, mode: .upsert, versions: versions, origin: origin, absent: absent)
-        } catch let clash as UniqueClash {
-            // The same logical record created on two replicas: keep the smaller id.
-            if clash.other < state.id {
-                var lost = versions
-                lost.tombstone = bumped(try writeVersion(), over: state.latestVersion)
-                lost.fields = [:]
-                if try !remove(layout, id: state.id, versions: lost) {
-                    try txn.put(dbs.versions, key: StoreKeys.record(layout.schema.tag, state.id), value: lost.encoded())
-                    changes.append(.init(typeTag: layout.schema.tag, id: state.id, operation: .delete, fieldTags: [], origin: nil))
-                }
+        return try put(layout, id: state.id, record: encoded, mode: .upsert, versions: versions, origin: origin, absent: absent)
+    }
+
+    /// Settles the unique-index clashes this transaction's merges left, on the state the
+    /// transaction ends with, the same way on every replica: of the records of a type that
+    /// share a unique value, the one with the smallest id stays and each other one is deleted.
+    /// The delete is a local write, so it travels to every peer, the merge's origin included.
+    ///
+    /// Judging the final state rather than each merge in turn is what keeps a delta that moves
+    /// a value between two records, or swaps two, from deleting one of them: merged one at a
+    /// time, their states clash in between although the final ones do not.
+    ///
+    /// Records are visited in ascending id order, so a record loses exactly when a smaller
+    /// one that stays shares one of its unique values. O(records under the merged keys).
+    private func settleMergedUniqueClashes() throws {
+        guard !mergedUniqueKeys.isEmpty else { return }
+        var candidates: [String: Set<RecordID>] = [:]
+        for (key, type) in mergedUniqueKeys {
+            var ids: [RecordID] = []
+            try txn.forEachDuplicate(dbs.index, key: key) { value in
+                if let id = RecordID(bytes: value[...]) { ids.append(id) }
                 return true
             }
-            try remove(layout, id: clash.other)
-            return try put(layout, id: state.id, record: encoded, mode: .upsert, versions: versions, origin: origin)
+            if ids.count > 1 { candidates[type, default: []].formUnion(ids) }
+        }
+        mergedUniqueKeys.removeAll()
+        for (type, ids) in candidates.sorted(by: { $0.key < $1.key }) {
+            let layout = try self.layout(type)
+            for id in ids.sorted() {
+                guard let bytes = try txn.get(dbs.records, key: StoreKeys.record(layout.schema.tag, id)) else { continue }
+                let record = try decodeStored(bytes, type, id)
+                for index in layout.schema.indexes where index.unique {
+                    let key = try indexKey(index, layout, record)
+                    if try uniqueHolder(index, layout, key, record, id, below: id) != nil {
+                        try remove(layout, id: id)
+                        break
+                    }
+                }
+            }
         }
     }
 
@@ -460,17 +491,20 @@ final class WriteContext: FieldTagResolver {
     /// Adds the index entry of a stored record (index backfill), checking uniqueness.
     func addIndexEntry(_ index: IndexSchema, _ layout: TypeLayout, _ record: EncodedRecord, id: RecordID) throws {
         let key = try indexKey(index, layout, record)
-        if index.unique {
-            do { try checkUnique(index, layout, key, record, id) }
-            catch let clash as UniqueClash { throw clash.error }
+        if index.unique, let other = try uniqueHolder(index, layout, key, record, id) {
+            throw try uniqueViolation(index, layout, record, holder: other)
         }
         try txn.put(dbs.index, key: key, value: id.bytes)
     }
 
-    private func checkUnique(_ index: IndexSchema, _ layout: TypeLayout, _ key: KeyBytes, _ new: EncodedRecord, _ id: RecordID) throws {
+    /// Another record (than `id`; with an id below `below` when given) whose values for
+    /// unique `index` (key `key`) are those of `new`, or nil.
+    private func uniqueHolder(_ index: IndexSchema, _ layout: TypeLayout, _ key: KeyBytes, _ new: EncodedRecord, _ id: RecordID,
+                              below: RecordID? = nil) throws -> RecordID? {
         var conflict: RecordID?
         try txn.forEachDuplicate(dbs.index, key: key) { value in
             guard let other = RecordID(bytes: value[...]), other != id else { return true }
+            if let below, other >= below { return true }
             if key.isLossy {
                 // A shortened key: compare the real values before calling it a duplicate.
                 let otherKey = StoreKeys.record(layout.schema.tag, other)
@@ -484,10 +518,13 @@ final class WriteContext: FieldTagResolver {
             conflict = other
             return false
         }
-        if let conflict {
-            let values = try index.fields.map { "\($0) = \(try fieldValue($0, layout, new).json.text)" }.joined(separator: ", ")
-            throw UniqueClash(other: conflict, error: StoreError(.uniqueViolation, "store \(path): \(layout.schema.name) \(conflict) already has \(values) (unique index \(index.name)); update that record instead"))
-        }
+        return conflict
+    }
+
+    /// The error of a write that would give `new` the unique values `holder` has.
+    private func uniqueViolation(_ index: IndexSchema, _ layout: TypeLayout, _ new: EncodedRecord, holder: RecordID) throws -> StoreError {
+        let values = try index.fields.map { "\($0) = \(try fieldValue($0, layout, new).json.text)" }.joined(separator: ", ")
+        return StoreError(.uniqueViolation, "store \(path): \(layout.schema.name) \(holder) already has \(values) (unique index \(index.name)); update that record instead")
     }
 
     func decodeStored(_ bytes: [UInt8], _ type: String, _ id: RecordID) throws -> EncodedRecord {
@@ -499,6 +536,7 @@ final class WriteContext: FieldTagResolver {
 
     /// Flushes counts, the schema (when it grew) and this transaction's history entry.
     func finish() throws {
+        try settleMergedUniqueClashes()
         for (tag, delta) in countDeltas where delta != 0 {
             let key = StoreKeys.count(tag)
             let stored = Int(try txn.uint64(dbs.counts, key: key) ?? 0)
@@ -555,11 +593,4 @@ func indexKey(_ index: IndexSchema, _ layout: TypeLayout, _ record: EncodedRecor
         try fieldValue(name, tag: tag, layout, record).appendIndexComponent(to: &key)
     }
     return key
-}
-
-/// A unique index already holds the value for another record. Local writes see it as the
-/// ``StoreError`` it carries; merges settle it deterministically.
-struct UniqueClash: Error {
-    let other: RecordID
-    let error: StoreError
 }

@@ -247,16 +247,12 @@ public final class SyncEngine: Sendable {
             }
             var changed = 0
             var merged = 0
-            // Deletions first: a delta holds final states, and a record that takes a unique
-            // value from one the same delta deletes must not be judged against it (the clash
-            // rule would delete the newcomer on every replica). Merges are joins per record, so
-            // their order changes nothing else, and a deletion can only remove a clash.
-            for deleting in [true, false] {
-                for entry in delta.entries where entry.exists != deleting && !localOnly.contains(entry.type) {
-                    if try tx.merge(entry, origin: delta.source) { changed += 1 }
-                    merged += 1
-                    if merged % 10_000 == 0 { report("import", merged, delta.entries.count) }
-                }
+            // Merges are joins per record, so their order does not matter; unique-index
+            // clashes are settled when the transaction commits, on the delta's final states.
+            for entry in delta.entries where !localOnly.contains(entry.type) {
+                if try tx.merge(entry, origin: delta.source) { changed += 1 }
+                merged += 1
+                if merged % 10_000 == 0 { report("import", merged, delta.entries.count) }
             }
             watermark.receivedThrough = max(watermark.receivedThrough, delta.to)
             watermark.lastReceived = store.clock()

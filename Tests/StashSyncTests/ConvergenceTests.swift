@@ -56,7 +56,7 @@ import StashTestSupport
         for _ in 0..<Int.random(in: 8...24, using: &rng) {
             let d = Int.random(in: 0..<count, using: &rng)
             let device = devices[d]
-            switch Int.random(in: 0..<12, using: &rng) {
+            switch Int.random(in: 0..<14, using: &rng) {
             case 0, 1:
                 let new = Note(title: "t\(Int.random(in: 0..<5, using: &rng))", body: "b", pinned: Bool.random(using: &rng))
                 try device.store.insert(new)
@@ -93,6 +93,18 @@ import StashTestSupport
                 }
             case 7:
                 try device.store.insert(DeviceSecret(value: "local \(d)"))
+            case 12:
+                // Unique values: a local clash is refused; clashes between devices are settled
+                // by the merge rule.
+                let profile = UserProfile(kind: "k\(Int.random(in: 0..<4, using: &rng))", displayName: "p\(d)")
+                if (try? device.store.insert(profile)) != nil { steps.append(Step(text: "d\(d) profile \(profile.id) \(profile.kind)")) }
+            case 13:
+                // Move a unique value to another record (often one another device holds too).
+                let kind = "k\(Int.random(in: 0..<4, using: &rng))"
+                if let id = try device.store.fetch(FetchDescriptor<UserProfile>()).map(\.id).sorted().randomElement(using: &rng),
+                   (try? device.store.update(UserProfile.self, id: id, { $0.kind = kind })) != nil {
+                    steps.append(Step(text: "d\(d) profile \(id) → \(kind)"))
+                }
             case 8:
                 // Toggle the sync preference; it takes effect at the reopen.
                 enabled[d].toggle()
