@@ -10,12 +10,13 @@ import Stash
 ///
 /// Binary layout (format 1), all integers little-endian or varint:
 /// ```
-/// "STSD" | format u8 | flags u8 (1 = HMAC, 2 = full snapshot, 4 = addressed)
+/// "STSD" | format u8 | flags u8 (1 = HMAC, 2 = full snapshot, 4 = addressed, 8 = counters listed)
 /// source site (16) | family id (16) | schema fingerprint (32) | from u64 | to u64 | created (f64 seconds)
 /// [recipient site (16), when addressed]
 /// string table: count, {length, UTF-8} | site table: count, {16 bytes}
 /// entries: count, { type (string #) | id (16) | flags (1 incarnation, 2 tombstone)
 ///                   | [clock, site #] [clock, site #] | field count, {name #, clock, site #, value} }
+/// [counter fields, when listed: type count, {type #, field count, {name #}}]
 /// [HMAC-SHA256 (32) of everything before it] | SHA-256 (32) of everything before it
 /// ```
 /// Values use the record value encoding (kind byte + payload).
@@ -36,9 +37,14 @@ public struct Delta: Sendable, Equatable {
     public var isFullSnapshot: Bool
     public var created: Date
     public var entries: [RecordState]
+    /// The counter fields (``Counter``, merged by per-site totals) of each synced type in the
+    /// source's schema; a type left out has none. nil: not listed (a delta from a library
+    /// before this list existed). A receiver that merges any of these fields differently
+    /// parks the delta, since the two stores would never agree on the value.
+    public var counterFields: [String: Set<String>]?
 
     public init(source: RecordID, recipient: RecordID?, family: RecordID, schemaFingerprint: [UInt8], from: UInt64, to: UInt64,
-                isFullSnapshot: Bool, created: Date, entries: [RecordState]) {
+                isFullSnapshot: Bool, created: Date, entries: [RecordState], counterFields: [String: Set<String>]? = nil) {
         self.source = source
         self.recipient = recipient
         self.family = family
@@ -48,6 +54,7 @@ public struct Delta: Sendable, Equatable {
         self.isFullSnapshot = isFullSnapshot
         self.created = created
         self.entries = entries
+        self.counterFields = counterFields
     }
 }
 
@@ -59,7 +66,7 @@ extension Delta {
         var w = DeltaByteWriter()
         w.bytes.append(contentsOf: Self.magic)
         w.bytes.append(Self.formatVersion)
-        w.bytes.append((key != nil ? 1 : 0) | (isFullSnapshot ? 2 : 0) | (recipient != nil ? 4 : 0))
+        w.bytes.append((key != nil ? 1 : 0) | (isFullSnapshot ? 2 : 0) | (recipient != nil ? 4 : 0) | (counterFields != nil ? 8 : 0))
         w.bytes.append(contentsOf: source.bytes)
         w.bytes.append(contentsOf: family.bytes)
         w.bytes.append(contentsOf: schemaFingerprint.count == 32 ? schemaFingerprint : [UInt8](repeating: 0, count: 32))
@@ -107,6 +114,14 @@ extension Delta {
                 body.varint(field.version.clock)
                 body.varint(UInt64(site(field.version.site)))
                 RecordValueCoding.append(field.value, to: &body.bytes)
+            }
+        }
+        if let counterFields {
+            body.varint(UInt64(counterFields.count))
+            for (type, fields) in counterFields.sorted(by: { $0.key < $1.key }) {
+                body.varint(UInt64(string(type)))
+                body.varint(UInt64(fields.count))
+                for field in fields.sorted() { body.varint(UInt64(string(field))) }
             }
         }
         w.varint(UInt64(strings.count))
@@ -211,6 +226,18 @@ extension Delta {
                 fields[fieldName] = FieldState(value: try r.value(), version: v)
             }
             entries.append(RecordState(type: type, id: id, incarnation: incarnation, tombstone: tombstone, fields: fields))
+        }
+        if flags & 8 != 0 {
+            var counters: [String: Set<String>] = [:]
+            for _ in 0..<(try r.count()) {
+                let type = try string()
+                var fields = Set<String>()
+                for _ in 0..<(try r.count()) { fields.insert(try string()) }
+                counters[type] = fields
+            }
+            counterFields = counters
+        } else {
+            counterFields = nil
         }
         guard r.offset == end else { throw corrupt("\(end - r.offset) unexpected bytes after the entries") }
         self.entries = entries

@@ -187,7 +187,8 @@ public final class SyncEngine: Sendable {
             }
             return Delta(source: site, recipient: full ? nil : peer, family: family, schemaFingerprint: SchemaFingerprint.of(schema),
                          from: full ? 1 : watermark.sentThrough + 1, to: bounds.current.sequence,
-                         isFullSnapshot: full, created: store.clock(), entries: entries)
+                         isFullSnapshot: full, created: store.clock(), entries: entries,
+                         counterFields: Self.counterFields(of: schema))
         }
     }
 
@@ -261,8 +262,18 @@ public final class SyncEngine: Sendable {
         }
     }
 
-    /// Why this store cannot apply `delta` yet (a type or field it does not know, or a field
-    /// of another kind), or nil.
+    /// The counter fields of each synced type of `schema` that has any (``Delta/counterFields``).
+    static func counterFields(of schema: StoreSchema) -> [String: Set<String>] {
+        var result: [String: Set<String>] = [:]
+        for type in schema.types where !type.localOnly {
+            let counters = Set(type.fields.filter { $0.counter == true }.map(\.name))
+            if !counters.isEmpty { result[type.name] = counters }
+        }
+        return result
+    }
+
+    /// Why this store cannot apply `delta` yet (a type or field it does not know, a field of
+    /// another kind, or a field one store merges as a counter and the other does not), or nil.
     func incompatibility(_ delta: Delta) throws -> String? {
         let schema = store.schema
         if SchemaFingerprint.of(schema) == delta.schemaFingerprint { return nil }
@@ -272,6 +283,10 @@ public final class SyncEngine: Sendable {
                 guard let known = type.field(named: name) else { return "unknown field \(entry.type).\(name)" }
                 if let kind = field.value.kind, let knownKind = known.kind, kind != knownKind {
                     return "\(entry.type).\(name) is \(knownKind.rawValue) here, \(kind.rawValue) in the delta"
+                }
+                let counterHere = known.counter == true
+                if let counters = delta.counterFields, (counters[entry.type]?.contains(name) ?? false) != counterHere {
+                    return "\(entry.type).\(name) is \(counterHere ? "a counter" : "a plain value") here but \(counterHere ? "a plain value" : "a counter") at the source; declare it the same way in both schemas"
                 }
             }
         }

@@ -382,4 +382,34 @@ import StashTestSupport
             #expect(try store.verify().isClean)
         }
     }
+
+    /// A store whose schema declares a field a plain map (a CLI schema file saying `map`)
+    /// while its peer's says counter would merge the field differently (last writer wins
+    /// against per-site totals), and the two would never agree again: each side parks the
+    /// other's delta, naming the field, instead of applying it.
+    @Test func aCounterFieldThatIsAPlainMapElsewhereIsParkedBothWays() throws {
+        let dir = TemporaryDirectory()
+        let a = try Device.open(dir.sub("a"), family: family)
+        var options = StoreOptions()
+        options.durability = .none
+        let plain = SchemaDeclaration(types: [TypeDeclaration(name: "Wallet", fields: [FieldDeclaration(name: "credits", kind: .map)])])
+        let bStore = try Store.open(at: dir.sub("b"), declaration: plain, options: options)
+        let bEngine = try SyncEngine(store: bStore, configuration: SyncConfiguration(family: family))
+        var wallet = Wallet()
+        wallet.credits.add(5, site: a.store.siteID)
+        try a.store.insert(wallet)
+        try bStore.write { tx in
+            try tx.put(GenericRecord(type: "Wallet", id: RecordID(), fields: ["credits": .map(["sites": .map([:])])]))
+        }
+
+        let toB = try bEngine.apply(try a.engine.makeDelta(for: bStore.siteID).encoded())
+        guard case .parked(let reason) = toB else { Issue.record("applied at b: \(toB)"); return }
+        #expect(reason.contains("Wallet.credits"), "\(reason)")
+        #expect(try bStore.read { try $0.count(typeNamed: "Wallet") } == 1, "a's wallet is not merged at b")
+
+        let toA = try a.engine.apply(try bEngine.makeDelta(for: a.store.siteID).encoded())
+        guard case .parked(let reasonAtA) = toA else { Issue.record("applied at a: \(toA)"); return }
+        #expect(reasonAtA.contains("Wallet.credits"), "\(reasonAtA)")
+        #expect(try a.store.count(Wallet.self) == 1, "b's wallet is not merged at a")
+    }
 }
