@@ -29,6 +29,11 @@ func clockReading(_ date: Date) -> UInt64 {
     UInt64(max(0, date.timeIntervalSince1970 * 1000)) << 16
 }
 
+/// The highest clock a version may carry: the first millisecond of the year 10000 (UTC).
+/// A merged state with a newer version comes from a broken clock or a forged delta and is
+/// refused; below it, every local write can still make a newer version.
+let maximumVersionClock: UInt64 = clockReading(Date(timeIntervalSince1970: 253_402_300_800))
+
 /// How far ahead of local wall time a remote clock is followed (2 minutes). A store's
 /// clock never jumps further because of a device with a wrong clock; and since every local
 /// write beats the version it overwrites, such a device's writes lose to any later edit.

@@ -94,7 +94,9 @@ final class WriteContext: FieldTagResolver {
     /// overwrites, even when `old` came from a device whose clock runs ahead.
     func bumped(_ version: Version, over old: Version?) -> Version {
         guard let old, old >= version else { return version }
-        return Version(clock: old.clock + 1, site: version.site)
+        // Merges refuse clocks past `maximumVersionClock`; saturating keeps a damaged store
+        // from trapping here.
+        return Version(clock: old.clock == .max ? .max : old.clock + 1, site: version.site)
     }
 
     /// The new catalog when this transaction changed the schema.
@@ -405,7 +407,12 @@ final class WriteContext: FieldTagResolver {
     @discardableResult
     func merge(_ remote: RecordState, origin: RecordID) throws -> Bool {
         let layout = try self.layout(remote.type)
-        if let latest = remote.latestVersion { try observe(latest) }
+        if let latest = remote.latestVersion {
+            guard latest.clock < maximumVersionClock else {
+                throw StoreError(.invalidValue, "store \(path): the state of \(remote.type) \(remote.id) carries version \(latest), past the year 9999; its source's clock or the delta is broken, so it was not merged")
+            }
+            try observe(latest)
+        }
         let (local, stored) = try loadStoredRecordState(txn, dbs, layout, remote.id, site: siteID, path: path)
         let merged = local.merged(with: remote, counters: layout.counterNames)
         if merged == local { return false }

@@ -412,4 +412,43 @@ import StashTestSupport
         #expect(reasonAtA.contains("Wallet.credits"), "\(reasonAtA)")
         #expect(try a.store.count(Wallet.self) == 1, "b's wallet is not merged at a")
     }
+
+    /// A state whose versions lie past the year 9999 (a broken peer or a forged delta) is
+    /// refused with a clear error and changes nothing. Before, it was merged, and the next
+    /// local write of the record overflowed the clock and trapped.
+    @Test func aVersionPastTheClockRangeIsRefused() throws {
+        let dir = TemporaryDirectory()
+        let a = try Device.open(dir.sub("a"), family: family)
+        let note = Note(title: "t", body: "b")
+        try a.store.insert(note)
+        var state = try a.store.read { try $0.recordState(typeNamed: "Note", id: note.id) }
+        let broken = Version(clock: .max, site: RecordID())
+        state.fields["title"] = FieldState(value: .string("from the future"), version: broken)
+        do {
+            try a.store.write { tx in _ = try tx.merge(state, origin: broken.site) }
+            Issue.record("the state was merged")
+        } catch let error as StoreError {
+            #expect(error.code == .invalidValue)
+            #expect(error.message.contains("Note \(note.id)"), "\(error.message)")
+        }
+        try a.store.update(Note.self, id: note.id) { $0.title = "local" }
+        #expect(try a.store.get(Note.self, id: note.id)?.title == "local")
+
+        // Within range, a clock far ahead is kept, and a later local write still wins.
+        let ahead = Version(clock: clockReadingForTests(year: 9000), site: RecordID())
+        state.fields["title"] = FieldState(value: .string("from 9000"), version: ahead)
+        try a.store.write { tx in _ = try tx.merge(state, origin: ahead.site) }
+        #expect(try a.store.get(Note.self, id: note.id)?.title == "from 9000")
+        try a.store.update(Note.self, id: note.id) { $0.title = "local again" }
+        #expect(try a.store.get(Note.self, id: note.id)?.title == "local again")
+        #expect(try a.store.verify().isClean)
+    }
+}
+
+/// A hybrid-logical-clock reading at 1 January of `year` (UTC).
+private func clockReadingForTests(year: Int) -> UInt64 {
+    var calendar = Calendar(identifier: .gregorian)
+    calendar.timeZone = TimeZone(identifier: "UTC")!
+    let date = calendar.date(from: DateComponents(year: year, month: 1, day: 1))!
+    return UInt64(date.timeIntervalSince1970 * 1000) << 16
 }
