@@ -102,6 +102,8 @@ enum MetaKey {
     static let schemaGeneration = Array("schemaGeneration".utf8)
     static let storeID = Array("storeID".utf8)
     static let siteID = Array("siteID".utf8)
+    /// The data file the site id belongs to (device, inode; 16 bytes big-endian).
+    static let dataFile = Array("dataFile".utf8)
     static let nextSequence = Array("nextSequence".utf8)
     static let created = Array("created".utf8)
     static let clock = Array("clock".utf8)

@@ -10,6 +10,8 @@ struct SchemaMerger {
     let txn: WriteTransaction
     let dbs: StoreDatabases
     let options: StoreOptions
+    /// The store's data file as opened (see ``identity()``).
+    let dataFile: FileIdentity
 
     struct Result {
         let storeID: RecordID
@@ -60,14 +62,37 @@ struct SchemaMerger {
             try txn.put(dbs.meta, key: MetaKey.format, uint64: Self.format)
             try txn.put(dbs.meta, key: MetaKey.storeID, value: RecordID().bytes)
             try txn.put(dbs.meta, key: MetaKey.siteID, value: RecordID().bytes)
+            try txn.put(dbs.meta, key: MetaKey.dataFile, value: dataFileBytes)
             try txn.put(dbs.meta, key: MetaKey.nextSequence, uint64: 1)
             try txn.put(dbs.meta, key: MetaKey.created, uint64: UInt64(Date().timeIntervalSince1970 * 1000))
         }
         guard let store = RecordID(bytes: (try txn.get(dbs.meta, key: MetaKey.storeID) ?? [])[...]),
-              let site = RecordID(bytes: (try txn.get(dbs.meta, key: MetaKey.siteID) ?? [])[...]) else {
+              var site = RecordID(bytes: (try txn.get(dbs.meta, key: MetaKey.siteID) ?? [])[...]) else {
             throw StoreError(.corrupted, "store \(path): store or site id missing from meta")
         }
+        let stored = try txn.get(dbs.meta, key: MetaKey.dataFile)
+        if stored != dataFileBytes {
+            if stored != nil {
+                // Another file than the one the site id was made for: a copy (a restored backup,
+                // a copied directory) and so another replica. Writing as the original's site, it
+                // would reuse history sequence numbers peers have received from the original
+                // (and drop as duplicates) and restart the original's counter totals from stale
+                // values. It gets a site of its own; the store id stays.
+                site = RecordID()
+                try txn.put(dbs.meta, key: MetaKey.siteID, value: site.bytes)
+            }
+            // Without a stored identity (a store from before it was kept), this file is taken as
+            // the original.
+            try txn.put(dbs.meta, key: MetaKey.dataFile, value: dataFileBytes)
+        }
         return (store, site)
+    }
+
+    private var dataFileBytes: [UInt8] {
+        var key = KeyBytes()
+        key.appendBigEndian(dataFile.device)
+        key.appendBigEndian(dataFile.inode)
+        return key.bytes
     }
 
     private func report(_ phase: String, _ done: Int, _ total: Int) {

@@ -65,7 +65,9 @@ public final class Store: Sendable {
     let boundsOfSnapshot = Mutex<(snapshot: UInt64, current: HistoryToken, purgedThrough: HistoryToken)?>(nil)
     /// The store's identity, made once at creation.
     public let storeID: RecordID
-    /// This replica's site id, made once at creation (history records it as the origin).
+    /// This replica's site id (history records it as the origin), made at creation, and made
+    /// anew when the store is opened from a copy of its data file (a restored backup, a copied
+    /// directory): a copy is another replica.
     public let siteID: RecordID
     /// The wall clock used for versions.
     let now: @Sendable () -> Date
@@ -122,8 +124,9 @@ public final class Store: Sendable {
         do { dbs = try StoreDatabases(env) }
         catch { throw StoreError(.storage, "cannot open store \(path): \(error)", underlying: error) }
         let opened = try storageErrors(env.path) {
-            try env.write { txn in
-                try SchemaMerger(path: env.path, txn: txn, dbs: dbs, options: options).run(declaration)
+            let dataFile = try env.dataFileIdentity()
+            return try env.write { txn in
+                try SchemaMerger(path: env.path, txn: txn, dbs: dbs, options: options, dataFile: dataFile).run(declaration)
             }
         }
         return Store(path: env.path, env: env, dbs: dbs, opened: opened, now: options.clock)

@@ -401,9 +401,35 @@ public final class Environment: @unchecked Sendable {
                                maxReaders: Int(info.me_maxreaders), readersInUse: Int(info.me_numreaders))
     }
 
+    /// The identity of the data file: its device and inode numbers (`fstat` of LMDB's file
+    /// handle). A copy of the environment (a restored backup, a copied directory) is another
+    /// file with another identity; the file keeps its identity when renamed or moved within
+    /// its file system.
+    /// - Throws: ``LMDBError`` with the `errno` of a failed `fstat`.
+    public func dataFileIdentity() throws(LMDBError) -> FileIdentity {
+        var handle: mdb_filehandle_t = -1
+        try check(mdb_env_get_fd(env, &handle), "mdb_env_get_fd", path)
+        var status = stat()
+        guard fstat(handle, &status) == 0 else {
+            throw LMDBError(code: .init(rawValue: errno), operation: "fstat of data.mdb", path: path)
+        }
+        return FileIdentity(device: UInt64(truncatingIfNeeded: status.st_dev), inode: UInt64(truncatingIfNeeded: status.st_ino))
+    }
+
     /// Forces a flush to disk; useful after writes with ``Durability/relaxed`` or ``Durability/none``.
     public func sync() throws(LMDBError) {
         try check(mdb_env_sync(env, 1), "mdb_env_sync", path)
+    }
+}
+
+/// Which file an environment's data is (see ``Environment/dataFileIdentity()``).
+public struct FileIdentity: Hashable, Sendable {
+    public let device: UInt64
+    public let inode: UInt64
+
+    public init(device: UInt64, inode: UInt64) {
+        self.device = device
+        self.inode = inode
     }
 }
 

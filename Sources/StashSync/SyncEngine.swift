@@ -148,7 +148,35 @@ public final class SyncEngine: Sendable {
             }
             family = have
         }
+        try Self.adoptSite(of: store)
         if isEnabled { _ = try? retryParked() }
+    }
+
+    static let siteKey = "sync.site"
+
+    /// Makes the peer watermarks belong to the store's current site. A store opened from a
+    /// copy of its data file has a new site id (see ``Store/siteID``), which its peers have
+    /// never received from: what it sent as the old site counts for nothing, so every peer
+    /// (and the relay) gets its history again from the start, or a full snapshot when history
+    /// was purged. What it received stays valid (the watermarks were copied with the data),
+    /// and its history up to now is the old site's history up to the copy, so that much of
+    /// the old site counts as received.
+    private static func adoptSite(of store: Store) throws {
+        let site = store.siteID
+        guard try store.metadata(for: siteKey).flatMap({ RecordID(bytes: $0[...]) }) != site else { return }
+        try store.write(author: "sync") { tx in
+            let stored = try tx.metadata(for: siteKey).flatMap { RecordID(bytes: $0[...]) }
+            if let former = stored, former != site {
+                for var watermark in try PeerWatermark.all(in: tx) where watermark.sentThrough > 0 {
+                    watermark.sentThrough = 0
+                    try watermark.save(in: tx)
+                }
+                var original = try PeerWatermark.load(former.description, in: tx)
+                original.receivedThrough = max(original.receivedThrough, try tx.historyBounds().current.sequence)
+                try original.save(in: tx)
+            }
+            try tx.setMetadata(site.bytes, for: siteKey)
+        }
     }
 
     // MARK: Export

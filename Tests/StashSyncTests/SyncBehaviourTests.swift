@@ -443,6 +443,70 @@ import StashTestSupport
         #expect(try a.store.get(Note.self, id: note.id)?.title == "local again")
         #expect(try a.store.verify().isClean)
     }
+
+    /// A store restored from a copy (a device backup, a copied directory) is a new replica:
+    /// it gets a new site id at open. Before, it kept the old one and reused history
+    /// sequence numbers its peers had already received from the original, so they dropped
+    /// its new changes as duplicates, and its counter totals restarted from stale values
+    /// that the per-site maximum then discarded.
+    @Test func aStoreRestoredFromACopyIsANewSiteAndLosesNothing() throws {
+        let dir = TemporaryDirectory()
+        let a = try Device.open(dir.sub("a"), family: family)
+        let b = try Device.open(dir.sub("b"), family: family)
+        var wallet = Wallet()
+        wallet.credits.add(10, site: a.store.siteID)
+        try a.store.insert(wallet)
+        try a.store.insert(Note(title: "before the backup", body: ""))
+        try a.sync(with: b)
+        try FileManager.default.copyItem(atPath: a.path, toPath: dir.sub("backup"))
+
+        // The original goes on: more history, more credits, all received by b.
+        let afterBackup = Note(title: "after the backup", body: "")
+        try a.store.insert(afterBackup)
+        try a.store.update(Wallet.self, id: wallet.id) { $0.credits.add(5, site: a.store.siteID) }
+        try a.sync(with: b)
+
+        // The backup is restored elsewhere and written to.
+        let restoredPath = dir.sub("restored")
+        try FileManager.default.copyItem(atPath: dir.sub("backup"), toPath: restoredPath)
+        let restored = try Device.open(restoredPath, family: family)
+        #expect(restored.store.siteID != a.store.siteID, "a restored copy must not write as the original's site")
+        #expect(restored.store.storeID == a.store.storeID)
+        let fromRestored = Note(title: "written on the restored copy", body: "")
+        try restored.store.insert(fromRestored)
+        try restored.store.update(Wallet.self, id: wallet.id) { $0.credits.add(2, site: restored.store.siteID) }
+        try restored.sync(with: b)
+        try a.sync(with: b)
+        try restored.sync(with: b)
+
+        for device in [a, b, restored] {
+            #expect(try device.store.get(Note.self, id: fromRestored.id) != nil, "store \(device.path)")
+            #expect(try device.store.get(Note.self, id: afterBackup.id) != nil, "store \(device.path)")
+            #expect(try credits(device.store, wallet.id) == 17, "store \(device.path)")
+            #expect(try device.store.verify().isClean, "store \(device.path)")
+        }
+        // Reopening the restored store keeps its new site.
+        #expect(try Device.open(restoredPath, family: family).store.siteID == restored.store.siteID)
+    }
+
+    /// The original's history up to the copy is the copy's own: a relay delta of the original
+    /// that starts after what the copy holds applies without a gap.
+    @Test func aRestoredCopyCountsTheOriginalsHistoryUpToTheCopyAsReceived() throws {
+        let dir = TemporaryDirectory()
+        let a = try Device.open(dir.sub("a"), family: family)
+        try a.store.insert(Note(title: "sent to the relay", body: ""))
+        try a.engine.acknowledge(peer: nil, through: try a.store.read { try $0.historyBounds().current.sequence })
+        try FileManager.default.copyItem(atPath: a.path, toPath: dir.sub("restored"))
+        let later = Note(title: "after the copy", body: "")
+        try a.store.insert(later)
+        let relayDelta = try a.engine.makeDelta(for: nil)
+        #expect(relayDelta.from > 1 && !relayDelta.isFullSnapshot)
+
+        let restored = try Device.open(dir.sub("restored"), family: family)
+        let outcome = try restored.engine.apply(relayDelta.encoded())
+        #expect(outcome == .applied(entries: 1, changed: 1))
+        #expect(try restored.store.get(Note.self, id: later.id) != nil)
+    }
 }
 
 /// A hybrid-logical-clock reading at 1 January of `year` (UTC).
