@@ -64,6 +64,9 @@ public struct RecordReader {
     /// The changes of the write transaction not yet in history (none in a read snapshot).
     var pendingChanges: [HistoryChange.Stored] { context?.changes ?? [] }
 
+    /// The write transaction's number (0 in a read snapshot), see ``ChangeCursor/transaction``.
+    var writeSerial: UInt64 { context?.serial ?? 0 }
+
     func bytes(_ layout: TypeLayout, _ id: RecordID) throws -> [UInt8]? {
         try txn.get(dbs.records, key: StoreKeys.record(layout.schema.tag, id))
     }

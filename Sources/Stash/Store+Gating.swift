@@ -80,6 +80,16 @@ extension StoreReading {
         return layout.defaults[index.field] ?? .null
     }
 
+    /// Where this reading stands in its changes: the history it sees and, in a write
+    /// transaction, how many uncommitted changes of its own it holds. With
+    /// ``changedRecords(in:after:limit:)-(_,ChangeCursor,_)`` later in the same transaction, it
+    /// lists only what the transaction changed since. One metadata read.
+    public func changeCursor() throws -> ChangeCursor {
+        let reader = reader
+        return ChangeCursor(history: try historyBounds().current, transaction: reader.writeSerial,
+                            pending: reader.pendingChanges.count)
+    }
+
     /// The records of `index`'s type that may have changed group since `token`: the ids
     /// inserted, deleted, or updated with the indexed field changed, in the history committed
     /// after `token` and, in a write transaction, in its own uncommitted writes. In order, may
@@ -95,9 +105,24 @@ extension StoreReading {
     /// Work is proportional to the changes read, at most `limit`, not to the store size.
     public func changedRecords<R: Record, V: IndexableValue>(in index: IndexHandle<R, V>, after token: HistoryToken,
                                                              limit: Int) throws -> [RecordID]? {
+        try changedRecords(in: index, after: ChangeCursor(token), limit: limit)
+    }
+
+    /// ``changedRecords(in:after:limit:)-(_,HistoryToken,_)`` since `cursor`: the history after
+    /// it, and this transaction's own uncommitted changes after those it held at `cursor` (all
+    /// of them for a cursor of history alone). nil as there, and for a cursor of another write
+    /// transaction, whose uncommitted changes this one cannot see.
+    public func changedRecords<R: Record, V: IndexableValue>(in index: IndexHandle<R, V>, after cursor: ChangeCursor,
+                                                             limit: Int) throws -> [RecordID]? {
+        let token = cursor.history
         let bounds = try historyBounds()
         guard token >= bounds.purgedThrough, token <= bounds.current else { return nil }
         let reader = reader   // one copy of the reader, not one per use
+        let allPending = reader.pendingChanges
+        if cursor.transaction != 0 {
+            guard cursor.transaction == reader.writeSerial, cursor.pending <= allPending.count else { return nil }
+        }
+        let pending = allPending[(cursor.transaction == 0 ? 0 : cursor.pending)...]
         let layout = try reader.layout(R.self)
         let fieldTags = (layout.fieldTags(ofIndex: index.indexTag) ?? [layout.tagsByName[index.field]]).compactMap { $0 }
         var ids: [RecordID] = []
@@ -106,7 +131,6 @@ extension StoreReading {
             looked += 1
             if typeTag == index.typeTag, operation != .update || writesField { ids.append(id) }
         }
-        let pending = reader.pendingChanges
         guard pending.count <= limit else { return nil }
         var start = KeyBytes()
         start.appendBigEndian(token.sequence &+ 1)
@@ -125,5 +149,28 @@ extension StoreReading {
             consider(change.typeTag, change.id, change.operation, change.fieldTags.contains(where: fieldTags.contains))
         }
         return ids
+    }
+}
+
+/// A point in what a reading has seen change (``StoreReading/changeCursor()``): a history
+/// sequence and, for a write transaction, how many of its own uncommitted changes it held.
+public struct ChangeCursor: Sendable, Hashable {
+    /// The history seen.
+    public let history: HistoryToken
+    /// The write transaction the cursor was taken in: a number no other write transaction of
+    /// this process has; 0 for a read snapshot or a cursor of history alone.
+    public let transaction: UInt64
+    /// That transaction's uncommitted changes at the time.
+    public let pending: Int
+
+    /// The history up to `token`, without uncommitted changes.
+    public init(_ token: HistoryToken) {
+        self.init(history: token, transaction: 0, pending: 0)
+    }
+
+    init(history: HistoryToken, transaction: UInt64, pending: Int) {
+        self.history = history
+        self.transaction = transaction
+        self.pending = pending
     }
 }

@@ -1,5 +1,6 @@
 import Foundation
 import StashLMDB
+import Synchronization
 
 /// How a record write treats an existing record with the same id.
 enum WriteMode {
@@ -19,6 +20,9 @@ final class WriteContext: FieldTagResolver {
     let dbs: StoreDatabases
     let siteID: RecordID
     let author: String?
+    /// A number no other write context of this process has (see ``ChangeCursor/transaction``).
+    let serial: UInt64
+    private static let serials = Atomic<UInt64>(0)
     private(set) var catalog: Catalog
     @exclusivity(unchecked) private var schemaChanged = false
     @exclusivity(unchecked) private var encodingType = ""
@@ -52,6 +56,7 @@ final class WriteContext: FieldTagResolver {
         self.siteID = siteID
         self.author = author
         self.now = now
+        serial = Self.serials.add(1, ordering: .relaxed).newValue
     }
 
     convenience init(store: Store, txn: WriteTransaction, author: String?) throws {

@@ -43,6 +43,11 @@ public final class FeatureGate: Sendable {
     /// The counts of every rule, in the order of ``rules``, at the newest committed state
     /// each was counted in (see ``CountsCache``).
     let countsCache: Mutex<CountsCache>
+    /// Per rule, the parents over its limit as the last check inside a write transaction found
+    /// them, at that write's ``ChangeCursor``: the next check in the same write follows only
+    /// the changes it made since, so a bulk write that authorizes each insert walks no parent.
+    /// A cursor of another write is never used.
+    let writeParents: Mutex<[GroupsOver.Base?]>
     /// Set once a per-parent limit had to walk its index in a read snapshot (its type holds
     /// more records than the limit): from then on, checks in read snapshots read the history
     /// sequence first and take the counts of a state already seen from ``countsCache``.
@@ -96,7 +101,8 @@ public final class FeatureGate: Sendable {
     /// (``LimitCounter/groupsOver(_:_:since:)``), so the walk runs once, not once per commit.
     /// Only read snapshots fill the cache: a write transaction's changes have no sequence yet
     /// (and an earlier writer of its group commit may still fail), so a write starts from the
-    /// latest committed state, which it counts in a read snapshot first (``committedParents``).
+    /// latest committed state, which it counts in a read snapshot first (``committedParents``),
+    /// and its later checks start from its own previous answer (``writeParents``).
     typealias CountsCache = [RuleCounts]
 
     struct CacheState: Sendable {
@@ -131,6 +137,7 @@ public final class FeatureGate: Sendable {
         self.configuration = configuration
         rules = try configuration.limits.map { try $0.resolved(in: store) }
         countsCache = Mutex(CountsCache(repeating: RuleCounts(), count: rules.count))
+        writeParents = Mutex([GroupsOver.Base?](repeating: nil, count: rules.count))
         clockGuard = ClockGuard(wall: configuration.clock ?? store.clock)
         maxOfflineAge = Int64((configuration.maxOfflineAge * 1000).rounded())
         trialLength = configuration.trialLength.map { Int64(($0 * 1000).rounded()) }
@@ -514,12 +521,22 @@ public final class FeatureGate: Sendable {
                 sequence = try reading.historyBounds().current.sequence
                 counts.sequence = sequence
             }
-            var base = ownStore ? cached.sequence.flatMap { at in cached.groups.parents.map { (at, $0) } } : nil
-            // The committed base only speeds the count up: should its read fail (no free
-            // reader slot, say), the parents are walked instead of the write being denied.
-            if !isSnapshot, ownStore, let committed = try? committedParents(position, rule) { base = committed }
+            var base = ownStore ? cached.sequence.flatMap { at in cached.groups.parents.map { (cursor(at), $0) } } : nil
+            let writeCursor = isSnapshot || !ownStore ? nil : try? reading.changeCursor()
+            if let writeCursor {
+                if let earlier = writeParents.withLock({ $0[position] }), earlier.cursor.transaction == writeCursor.transaction {
+                    base = earlier
+                } else if let committed = try? committedParents(position, rule) {
+                    // The committed base only speeds the count up: should its read fail (no free
+                    // reader slot, say), the parents are walked instead of the write being denied.
+                    base = committed
+                }
+            }
             counts.groups = try rule.counter.groupsOver(rule.maximum, reading, since: base)
             if counts.groups.walked { parentWalks.add(1, ordering: .relaxed) }
+            if let writeCursor, let parents = counts.groups.parents {
+                writeParents.withLock { $0[position] = (writeCursor, parents) }
+            }
         }
         if isSnapshot, let sequence {
             countsCache.withLock { cache in
@@ -542,9 +559,11 @@ public final class FeatureGate: Sendable {
         try store.read { snapshot in
             var sequence: UInt64? = try snapshot.historyBounds().current.sequence
             let counts = try counts(position, rule, snapshot, isSnapshot: true, sequence: &sequence)
-            return sequence.flatMap { at in counts.groups.parents.map { (at, $0) } }
+            return sequence.flatMap { at in counts.groups.parents.map { (cursor(at), $0) } }
         }
     }
+
+    private func cursor(_ sequence: UInt64) -> ChangeCursor { ChangeCursor(HistoryToken(sequence: sequence)) }
 
     func describe(_ action: GateAction) -> String {
         switch action.kind {

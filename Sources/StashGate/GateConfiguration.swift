@@ -138,8 +138,9 @@ protocol LimitCounter: Sendable {
 
 /// The parents over a per-parent limit.
 struct GroupsOver: Sendable {
-    /// The parents named at one history sequence.
-    typealias Base = (sequence: UInt64, parents: [RecordID])
+    /// The parents named at one point of the changes (a history sequence, or a point in a
+    /// write transaction).
+    typealias Base = (cursor: ChangeCursor, parents: [RecordID])
     /// Some parent holds more than the maximum.
     var any: Bool
     /// All such parents, exactly (nil: the counter cannot name them, or did not).
@@ -219,8 +220,7 @@ struct TypedLimitCounter<R: Record>: LimitCounter {
     /// followed (purged, or too many).
     private func incrementalGroupsOver<S: StoreReading>(_ maximum: Int, _ reading: S, _ index: IndexHandle<R, RecordID>,
                                                         since base: GroupsOver.Base) throws -> GroupsOver? {
-        guard let changed = try reading.changedRecords(in: index, after: HistoryToken(sequence: base.sequence),
-                                                       limit: Self.incrementalLimit) else { return nil }
+        guard let changed = try reading.changedRecords(in: index, after: base.cursor, limit: Self.incrementalLimit) else { return nil }
         var candidates = base.parents
         for id in changed {
             guard case .uuid(let value)? = try reading.indexedValue(of: index, id: id) else { continue }

@@ -112,6 +112,35 @@ import Testing
         #expect(f.gate.parentWalks.load(ordering: .relaxed) == 1)
     }
 
+    /// A bulk write that authorizes each of its inserts: each check follows the changes since
+    /// the previous check of the same write, so the parents are walked once (for the committed
+    /// state), not at every insert once the write holds many changes. Moves inside the write
+    /// are still seen.
+    @Test func aBulkWriteThatAuthorizesEachInsertWalksOnce() throws {
+        let (f, homes, items) = try fixture()
+        let parents = (0..<150).map { _ in RecordID() }
+        do {
+            try f.store.write { tx in
+                for n in 0..<300 {
+                    let parent = parents[n % parents.count]
+                    #expect(try f.gate.authorize(.create(Item.self, in: parent), in: tx).isAllowed, "insert \(n)")
+                    try tx.insert(Item(homeID: parent, name: "bulk \(n)"))
+                }
+                try tx.update(Item.self, id: items[1].id) { $0.homeID = homes[0] }   // 11 in home a
+                #expect(f.gate.check(.create(Item.self, in: parents[0]), in: tx).denial == .overLimit)
+                try tx.update(Item.self, id: items[1].id) { $0.homeID = homes[1] }
+                #expect(try f.gate.authorize(.create(Item.self, in: parents[0]), in: tx).isAllowed)
+                for n in 0..<8 { try tx.insert(Item(homeID: parents[1], name: "more \(n)")) }   // 10 there
+                #expect(f.gate.check(.create(Item.self, in: parents[1]), in: tx).denial == .itemLimitReached)
+                try tx.insert(Item(homeID: parents[1], name: "one too many"))
+                #expect(f.gate.check(.create(Home.self), in: tx).denial == .overLimit)
+                throw CancellationError()
+            } as Void
+        } catch is CancellationError {}   // rolled back
+        #expect(f.gate.parentWalks.load(ordering: .relaxed) == 1)
+        #expect(f.gate.check(.create(Home.self)).isAllowed)
+    }
+
     @Test func aSnapshotOpenedBeforeACommitKeepsItsOwnAnswer() throws {
         let (f, homes, items) = try fixture()
         try f.store.read { before in

@@ -90,6 +90,34 @@ import StashTestSupport
         }
     }
 
+    /// A cursor taken inside a write lists only what the write changed after it; a cursor of
+    /// another write cannot be followed (its uncommitted changes are not visible here).
+    @Test func aWriteCursorListsOnlyTheChangesAfterIt() throws {
+        let dir = TemporaryDirectory()
+        let store = try Store.open(at: dir.path, types: [Home.self, Item.self])
+        let index = try store.index(\Item.homeID)
+        let first = item(RecordID(), "first"), second = item(RecordID(), "second")
+        let other = try store.write { tx throws -> ChangeCursor in
+            try tx.insert(first)
+            let cursor = try tx.changeCursor()
+            #expect(cursor.transaction != 0 && cursor.pending == 1)
+            #expect(try tx.changedRecords(in: index, after: cursor, limit: 10) == [])
+            try tx.insert(second)
+            try tx.update(Item.self, id: first.id) { $0.name = "renamed" }   // not the indexed field
+            #expect(try tx.changedRecords(in: index, after: cursor, limit: 10) == [second.id])
+            #expect(try tx.changedRecords(in: index, after: cursor, limit: 0) == nil)
+            return cursor
+        }
+        try store.write { tx throws in
+            #expect(try tx.changeCursor().transaction != other.transaction)
+            #expect(try tx.changedRecords(in: index, after: other, limit: 10) == nil)
+        }
+        try store.read { snapshot throws in
+            #expect(try snapshot.changeCursor() == ChangeCursor(try snapshot.historyBounds().current))
+            #expect(try snapshot.changedRecords(in: index, after: other, limit: 10) == nil)
+        }
+    }
+
     @Test func purgedHistoryCannotBeFollowed() throws {
         let dir = TemporaryDirectory()
         let store = try Store.open(at: dir.path, types: [Home.self, Item.self])
