@@ -301,12 +301,30 @@ public final class SyncEngine: Sendable {
     }
 
     /// Why this store cannot apply `delta` yet (a type or field it does not know, a field of
-    /// another kind, or a field one store merges as a counter and the other does not), or nil.
+    /// another kind, a field one store merges as a counter and the other does not, or a record
+    /// that would lack a field required here), or nil.
     func incompatibility(_ delta: Delta) throws -> String? {
         let schema = store.schema
         if SchemaFingerprint.of(schema) == delta.schemaFingerprint { return nil }
+        return try store.read { snapshot in try incompatibility(delta, schema, snapshot) }
+    }
+
+    private func incompatibility(_ delta: Delta, _ schema: StoreSchema, _ snapshot: StoreSnapshot) throws -> String? {
         for entry in delta.entries {
             guard let type = schema.type(named: entry.type) else { return "unknown type \(entry.type)" }
+            // A field required here without a default (added while this store held no record of
+            // the type) that a source on an older schema never wrote: typed reads of the merged
+            // record would fail. The record here may have it, and then the merge keeps it.
+            if entry.exists, let missing = type.fields.first(where: { field in
+                !field.optional && field.defaultValue == nil && field.name != "id" && entry.fields[field.name] == nil
+            }) {
+                let local = try snapshot.recordState(typeNamed: entry.type, id: entry.id)
+                let counters = Set(type.fields.filter { $0.counter == true }.map(\.name))
+                let merged = local.merged(with: entry, counters: counters)
+                if merged.exists, merged.fields[missing.name] == nil {
+                    return "\(entry.type).\(missing.name) is required here and has no default, but \(entry.type) \(entry.id) from the source lacks it; give the field a default (Record.fieldDefaults) or make it optional"
+                }
+            }
             for (name, field) in entry.fields {
                 guard let known = type.field(named: name) else { return "unknown field \(entry.type).\(name)" }
                 if let kind = field.value.kind, let knownKind = known.kind, kind != knownKind {

@@ -507,6 +507,29 @@ import StashTestSupport
         #expect(outcome == .applied(entries: 1, changed: 1))
         #expect(try restored.store.get(Note.self, id: later.id) != nil)
     }
+
+    /// A store whose type has a required field without a default (added while the store was
+    /// empty) cannot hold records of a peer that never had the field: typed reads of them
+    /// would fail. The delta is parked with a reason that names the field, and applies once
+    /// the field gets a default.
+    @Test func recordsLackingARequiredFieldAreParkedUntilItHasADefault() throws {
+        let dir = TemporaryDirectory()
+        let old = try Device.open(dir.sub("old"), family: family, types: [OldNote.self])
+        let new = try Device.open(dir.sub("new"), family: family)
+        let note = OldNote(title: "from the old app", body: "b")
+        try old.store.insert(note)
+        let outcome = try new.engine.apply(try old.engine.makeDelta(for: new.store.siteID).encoded())
+        guard case .parked(let reason) = outcome else { Issue.record("applied: \(outcome)"); return }
+        #expect(reason.contains("Note.pinned"), "\(reason)")
+        #expect(new.engine.parkedDeltas().count == 1)
+        #expect(try new.store.fetch(FetchDescriptor<Note>()).isEmpty)
+
+        // The new app version gives the field a default: the parked delta applies at the next open.
+        let withDefault = try Device.open(dir.sub("new"), family: family, types: syncTypes.filter { $0 != Note.self } + [NoteWithDefault.self])
+        #expect(withDefault.engine.parkedDeltas().isEmpty)
+        #expect(try withDefault.store.get(NoteWithDefault.self, id: note.id)?.pinned == false)
+        #expect(try withDefault.store.verify().isClean)
+    }
 }
 
 /// A hybrid-logical-clock reading at 1 January of `year` (UTC).
@@ -515,4 +538,24 @@ private func clockReadingForTests(year: Int) -> UInt64 {
     calendar.timeZone = TimeZone(identifier: "UTC")!
     let date = calendar.date(from: DateComponents(year: year, month: 1, day: 1))!
     return UInt64(date.timeIntervalSince1970 * 1000) << 16
+}
+
+/// `Note` as an earlier app version declared it, without `pinned` and `tag`.
+private struct OldNote: Record, Equatable {
+    static let recordType = "Note"
+    var id = RecordID()
+    var title: String
+    var body: String
+}
+
+/// `Note` in an app version that declares a default for `pinned`.
+private struct NoteWithDefault: Record, Equatable {
+    static let recordType = "Note"
+    static let fieldDefaults: [String: FieldValue] = ["pinned": .bool(false)]
+    var id = RecordID()
+    var title: String
+    var body: String
+    var pinned = false
+    var tag: String?
+    static let indexes: [RecordIndex<NoteWithDefault>] = [.index(\.pinned)]
 }
