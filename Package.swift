@@ -22,7 +22,9 @@ let package = Package(
             pkgConfig: "lmdb",
             providers: [.apt(["liblmdb-dev"]), .brew(["lmdb"])]
         ),
-        .target(name: "StashLMDB", dependencies: ["CLMDB"]),
+        // A file's inode and birth time (statx on Linux), for telling a store from its copy.
+        .systemLibrary(name: "CFileIdentity", path: "CShims/CFileIdentity"),
+        .target(name: "StashLMDB", dependencies: ["CLMDB", "CFileIdentity"]),
         .target(name: "Stash", dependencies: ["StashLMDB"]),
         .target(name: "StashSync", dependencies: ["Stash", .product(name: "Crypto", package: "swift-crypto")]),
         .target(name: "StashGate", dependencies: ["Stash", .product(name: "Crypto", package: "swift-crypto")]),

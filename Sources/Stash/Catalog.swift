@@ -102,8 +102,11 @@ enum MetaKey {
     static let schemaGeneration = Array("schemaGeneration".utf8)
     static let storeID = Array("storeID".utf8)
     static let siteID = Array("siteID".utf8)
-    /// The data file the site id belongs to (device, inode; 16 bytes big-endian).
+    /// The data file the site id belongs to (inode, birth seconds, birth nanoseconds; 24 bytes
+    /// big-endian).
     static let dataFile = Array("dataFile".utf8)
+    /// The replicas this store was copied from, oldest first (``CopyOrigin``, 24 bytes each).
+    static let copiedFrom = Array("copiedFrom".utf8)
     static let nextSequence = Array("nextSequence".utf8)
     static let created = Array("created".utf8)
     static let clock = Array("clock".utf8)

@@ -16,6 +16,7 @@ struct SchemaMerger {
     struct Result {
         let storeID: RecordID
         let siteID: RecordID
+        let copiedFrom: [CopyOrigin]
         let catalog: Catalog
         let syncPreference: Bool
     }
@@ -47,7 +48,8 @@ struct SchemaMerger {
         for type in declaration.types { try merge(type, into: context) }
         try context.finish()
         let preference = try txn.get(dbs.meta, key: MetaKey.extensionKey(Store.syncPreferenceKey))
-        return Result(storeID: storeID, siteID: siteID, catalog: context.catalog, syncPreference: preference != [0])
+        let copiedFrom = CopyOrigin.list(decoding: try txn.get(dbs.meta, key: MetaKey.copiedFrom) ?? [])
+        return Result(storeID: storeID, siteID: siteID, copiedFrom: copiedFrom, catalog: context.catalog, syncPreference: preference != [0])
     }
 
     private func identity() throws -> (RecordID, RecordID) {
@@ -77,7 +79,11 @@ struct SchemaMerger {
                 // a copied directory) and so another replica. Writing as the original's site, it
                 // would reuse history sequence numbers peers have received from the original
                 // (and drop as duplicates) and restart the original's counter totals from stale
-                // values. It gets a site of its own; the store id stays.
+                // values. It gets a site of its own; the store id stays. What it holds of the
+                // original's history is noted before anything (a migration) writes as the new site.
+                let through = (try txn.uint64(dbs.meta, key: MetaKey.nextSequence) ?? 1) - 1
+                let earlier = try txn.get(dbs.meta, key: MetaKey.copiedFrom) ?? []
+                try txn.put(dbs.meta, key: MetaKey.copiedFrom, value: earlier + CopyOrigin(site: site, through: HistoryToken(sequence: through)).encoded())
                 site = RecordID()
                 try txn.put(dbs.meta, key: MetaKey.siteID, value: site.bytes)
             }
@@ -90,8 +96,9 @@ struct SchemaMerger {
 
     private var dataFileBytes: [UInt8] {
         var key = KeyBytes()
-        key.appendBigEndian(dataFile.device)
         key.appendBigEndian(dataFile.inode)
+        key.appendBigEndian(UInt64(bitPattern: dataFile.birthSeconds))
+        key.appendBigEndian(UInt64(dataFile.birthNanoseconds))
         return key.bytes
     }
 

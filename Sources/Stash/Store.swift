@@ -69,6 +69,10 @@ public final class Store: Sendable {
     /// anew when the store is opened from a copy of its data file (a restored backup, a copied
     /// directory): a copy is another replica.
     public let siteID: RecordID
+    /// The replicas this store was copied from, oldest first: one entry each time it was
+    /// opened from a copy of a data file (a restored backup, a copied directory), naming the
+    /// site the file had. Empty for a store never copied.
+    public let copiedFrom: [CopyOrigin]
     /// The wall clock used for versions.
     let now: @Sendable () -> Date
     /// The user's sync preference as it was when this store was opened (default on).
@@ -139,6 +143,7 @@ public final class Store: Sendable {
         self.dbs = dbs
         self.storeID = opened.storeID
         self.siteID = opened.siteID
+        self.copiedFrom = opened.copiedFrom
         self.syncPreferenceAtOpen = opened.syncPreference
         self.catalogBox = Mutex(opened.catalog)
     }
@@ -269,5 +274,34 @@ func storageErrors<R>(_ path: String, _ body: () throws -> R) throws -> R {
         return try body()
     } catch let error as LMDBError {
         throw StoreError(.storage, "store \(path): \(error)", underlying: error)
+    }
+}
+
+/// Where a store copied from another replica's data file came from (``Store/copiedFrom``).
+public struct CopyOrigin: Sendable, Hashable {
+    /// The site id the data file had: the original replica's.
+    public let site: RecordID
+    /// The last history entry the copy holds. Up to it, the copy's history is the
+    /// original's; after it, the two replicas wrote separately.
+    public let through: HistoryToken
+
+    public init(site: RecordID, through: HistoryToken) {
+        self.site = site
+        self.through = through
+    }
+
+    func encoded() -> [UInt8] {
+        var key = KeyBytes()
+        key.appendBigEndian(through.sequence)
+        return site.bytes + key.bytes
+    }
+
+    /// The entries of a stored list (24 bytes each); a damaged tail is left out.
+    static func list(decoding bytes: [UInt8]) -> [CopyOrigin] {
+        stride(from: 0, to: bytes.count - 23, by: 24).compactMap { start in
+            guard let site = RecordID(bytes: bytes[start..<start + 16]) else { return nil }
+            let through = bytes[(start + 16)..<(start + 24)].reduce(UInt64(0)) { $0 << 8 | UInt64($1) }
+            return CopyOrigin(site: site, through: HistoryToken(sequence: through))
+        }
     }
 }

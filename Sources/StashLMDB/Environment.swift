@@ -1,3 +1,4 @@
+import CFileIdentity
 import CLMDB
 import Foundation
 import Synchronization
@@ -401,19 +402,21 @@ public final class Environment: @unchecked Sendable {
                                maxReaders: Int(info.me_maxreaders), readersInUse: Int(info.me_numreaders))
     }
 
-    /// The identity of the data file: its device and inode numbers (`fstat` of LMDB's file
-    /// handle). A copy of the environment (a restored backup, a copied directory) is another
-    /// file with another identity; the file keeps its identity when renamed or moved within
-    /// its file system.
-    /// - Throws: ``LMDBError`` with the `errno` of a failed `fstat`.
+    /// The identity of the data file: its inode number and birth time (`statx` of LMDB's file
+    /// handle on Linux, `fstat` elsewhere). A copy of the environment (a restored backup, a
+    /// copied directory) is a new file, born when it was copied, so it has another identity,
+    /// even when it reuses a deleted file's inode number. The file keeps its identity when it
+    /// is renamed or moved within its file system, and across reboots and mounts (the device
+    /// number, which can change at a mount, is left out).
+    /// - Throws: ``LMDBError`` with the `errno` of a failed `statx`/`fstat`.
     public func dataFileIdentity() throws(LMDBError) -> FileIdentity {
         var handle: mdb_filehandle_t = -1
         try check(mdb_env_get_fd(env, &handle), "mdb_env_get_fd", path)
-        var status = stat()
-        guard fstat(handle, &status) == 0 else {
-            throw LMDBError(code: .init(rawValue: errno), operation: "fstat of data.mdb", path: path)
+        var inode: UInt64 = 0, seconds: Int64 = 0, nanoseconds: UInt32 = 0
+        guard stash_file_identity(handle, &inode, &seconds, &nanoseconds) == 0 else {
+            throw LMDBError(code: .init(rawValue: errno), operation: "statx of data.mdb", path: path)
         }
-        return FileIdentity(device: UInt64(truncatingIfNeeded: status.st_dev), inode: UInt64(truncatingIfNeeded: status.st_ino))
+        return FileIdentity(inode: inode, birth: seconds == 0 && nanoseconds == 0 ? nil : (seconds, nanoseconds))
     }
 
     /// Forces a flush to disk; useful after writes with ``Durability/relaxed`` or ``Durability/none``.
@@ -424,12 +427,16 @@ public final class Environment: @unchecked Sendable {
 
 /// Which file an environment's data is (see ``Environment/dataFileIdentity()``).
 public struct FileIdentity: Hashable, Sendable {
-    public let device: UInt64
     public let inode: UInt64
+    /// Seconds and nanoseconds since 1970 when the file was created; 0, 0 when the file
+    /// system does not record it.
+    public let birthSeconds: Int64
+    public let birthNanoseconds: UInt32
 
-    public init(device: UInt64, inode: UInt64) {
-        self.device = device
+    public init(inode: UInt64, birth: (seconds: Int64, nanoseconds: UInt32)?) {
         self.inode = inode
+        birthSeconds = birth?.seconds ?? 0
+        birthNanoseconds = birth?.nanoseconds ?? 0
     }
 }
 

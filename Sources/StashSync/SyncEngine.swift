@@ -159,20 +159,25 @@ public final class SyncEngine: Sendable {
     /// never received from: what it sent as the old site counts for nothing, so every peer
     /// (and the relay) gets its history again from the start, or a full snapshot when history
     /// was purged. What it received stays valid (the watermarks were copied with the data),
-    /// and its history up to now is the old site's history up to the copy, so that much of
-    /// the old site counts as received.
+    /// and its history up to each copy (``Store/copiedFrom``) is the original's, so that much
+    /// of each original counts as received.
     private static func adoptSite(of store: Store) throws {
         let site = store.siteID
         guard try store.metadata(for: siteKey).flatMap({ RecordID(bytes: $0[...]) }) != site else { return }
         try store.write(author: "sync") { tx in
             let stored = try tx.metadata(for: siteKey).flatMap { RecordID(bytes: $0[...]) }
-            if let former = stored, former != site {
+            guard stored != site else { return }
+            // A former site here, or a copy of a store whose sync began before this library
+            // kept the site: the watermarks were the original's.
+            if stored != nil || !store.copiedFrom.isEmpty {
                 for var watermark in try PeerWatermark.all(in: tx) where watermark.sentThrough > 0 {
                     watermark.sentThrough = 0
                     try watermark.save(in: tx)
                 }
-                var original = try PeerWatermark.load(former.description, in: tx)
-                original.receivedThrough = max(original.receivedThrough, try tx.historyBounds().current.sequence)
+            }
+            for copy in store.copiedFrom where copy.site != site {
+                var original = try PeerWatermark.load(copy.site.description, in: tx)
+                original.receivedThrough = max(original.receivedThrough, copy.through.sequence)
                 try original.save(in: tx)
             }
             try tx.setMetadata(site.bytes, for: siteKey)

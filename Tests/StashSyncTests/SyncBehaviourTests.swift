@@ -502,6 +502,12 @@ import StashTestSupport
         let relayDelta = try a.engine.makeDelta(for: nil)
         #expect(relayDelta.from > 1 && !relayDelta.isFullSnapshot)
 
+        // The copy writes before sync starts there (sync off, or not set up yet): those entries
+        // are its own, not the original's.
+        do {
+            let copy = try Store.open(at: dir.sub("restored"), types: syncTypes)
+            for n in 0..<3 { try copy.insert(Note(title: "written on the copy \(n)", body: "")) }
+        }
         let restored = try Device.open(dir.sub("restored"), family: family)
         let outcome = try restored.engine.apply(relayDelta.encoded())
         #expect(outcome == .applied(entries: 1, changed: 1))
