@@ -8,21 +8,23 @@ import Stash
 /// record changed in a range of its source's history, coalesced per record. Applying it is a
 /// merge, so applying it twice, late, or next to other deltas is harmless.
 ///
-/// Binary layout (format 1), all integers little-endian or varint:
+/// Binary layout (format 2; format 1 lacks the counter fields), all integers little-endian or varint:
 /// ```
-/// "STSD" | format u8 | flags u8 (1 = HMAC, 2 = full snapshot, 4 = addressed, 8 = counters listed)
+/// "STSD" | format u8 | flags u8 (1 = HMAC, 2 = full snapshot, 4 = addressed)
 /// source site (16) | family id (16) | schema fingerprint (32) | from u64 | to u64 | created (f64 seconds)
 /// [recipient site (16), when addressed]
 /// string table: count, {length, UTF-8} | site table: count, {16 bytes}
 /// entries: count, { type (string #) | id (16) | flags (1 incarnation, 2 tombstone)
 ///                   | [clock, site #] [clock, site #] | field count, {name #, clock, site #, value} }
-/// [counter fields, when listed: type count, {type #, field count, {name #}}]
+/// counter fields (format 2): type count, {type #, field count, {name #}}
 /// [HMAC-SHA256 (32) of everything before it] | SHA-256 (32) of everything before it
 /// ```
 /// Values use the record value encoding (kind byte + payload).
 public struct Delta: Sendable, Equatable {
     public static let magic: [UInt8] = Array("STSD".utf8)
-    public static let formatVersion: UInt8 = 1
+    /// The format written (when ``counterFields`` is set; format 1 otherwise). Formats 1 and 2
+    /// are read; a reader of format 1 only refuses format 2 as a newer format.
+    public static let formatVersion: UInt8 = 2
 
     public var source: RecordID
     /// The one store this delta is for (it leaves out what came from that store), or nil for
@@ -38,7 +40,7 @@ public struct Delta: Sendable, Equatable {
     public var created: Date
     public var entries: [RecordState]
     /// The counter fields (``Counter``, merged by per-site totals) of each synced type in the
-    /// source's schema; a type left out has none. nil: not listed (a delta from a library
+    /// source's schema; a type left out has none. nil: not listed (format 1, from a library
     /// before this list existed). A receiver that merges any of these fields differently
     /// parks the delta, since the two stores would never agree on the value.
     public var counterFields: [String: Set<String>]?
@@ -65,8 +67,8 @@ extension Delta {
     public func encoded(key: SyncKey? = nil) -> Data {
         var w = DeltaByteWriter()
         w.bytes.append(contentsOf: Self.magic)
-        w.bytes.append(Self.formatVersion)
-        w.bytes.append((key != nil ? 1 : 0) | (isFullSnapshot ? 2 : 0) | (recipient != nil ? 4 : 0) | (counterFields != nil ? 8 : 0))
+        w.bytes.append(counterFields != nil ? Self.formatVersion : 1)
+        w.bytes.append((key != nil ? 1 : 0) | (isFullSnapshot ? 2 : 0) | (recipient != nil ? 4 : 0))
         w.bytes.append(contentsOf: source.bytes)
         w.bytes.append(contentsOf: family.bytes)
         w.bytes.append(contentsOf: schemaFingerprint.count == 32 ? schemaFingerprint : [UInt8](repeating: 0, count: 32))
@@ -161,7 +163,8 @@ extension Delta {
         guard Array(SHA256.hash(data: bytes[0..<checksumStart])) == Array(bytes[checksumStart...]) else {
             throw corrupt("checksum mismatch (damaged or truncated)")
         }
-        guard bytes[4] == Self.formatVersion else {
+        let format = bytes[4]
+        guard format == 1 || format == Self.formatVersion else {
             throw SyncError(.unsupportedVersion, "\(name) has delta format \(bytes[4]); this library reads format \(Self.formatVersion); upgrade Stash")
         }
         let flags = bytes[5]
@@ -227,7 +230,7 @@ extension Delta {
             }
             entries.append(RecordState(type: type, id: id, incarnation: incarnation, tombstone: tombstone, fields: fields))
         }
-        if flags & 8 != 0 {
+        if format >= 2 {
             var counters: [String: Set<String>] = [:]
             for _ in 0..<(try r.count()) {
                 let type = try string()

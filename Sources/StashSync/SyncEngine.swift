@@ -62,6 +62,10 @@ public struct SyncReport: Sendable, CustomStringConvertible {
     public var receivedEntries = 0
     public var changedHere = 0
     public var parked: [String] = []
+    /// Deltas refused (corrupt, unauthenticated, of a newer format, holding versions no
+    /// replica accepts...), with why: they stay with the transport, and their source's later
+    /// deltas wait behind them. Other sources' deltas are applied all the same.
+    public var refused: [String] = []
     /// The peer had fallen behind purged history and got a full-state snapshot.
     public var sentFullSnapshot = false
     /// The peer needed a reset (it fell behind purged history): same as ``sentFullSnapshot``.
@@ -71,6 +75,7 @@ public struct SyncReport: Sendable, CustomStringConvertible {
         var text = "sent \(sentEntries) record states, received \(receivedEntries) (\(changedHere) changed here)"
         if sentFullSnapshot { text += "; peer was behind purged history: sent a full snapshot (resetRequired)" }
         if !parked.isEmpty { text += "; parked until the schema catches up: \(parked.joined(separator: ", "))" }
+        if !refused.isEmpty { text += "; refused: \(refused.joined(separator: "; "))" }
         return text
     }
 }
@@ -397,7 +402,7 @@ public final class SyncEngine: Sendable {
     /// Fetches and applies what the transport has for this store, in order.
     @discardableResult
     public func fetchChanges(via transport: some SyncTransport) throws -> SyncReport {
-        try recordingOutcome {
+        try recordingOutcome(problem: { $0.refused.isEmpty ? nil : "refused: \($0.refused.joined(separator: "; "))" }) {
             guard isEnabled else { throw SyncError(.disabled, "sync is off for store \(store.path); nothing fetched") }
             var report = SyncReport()
             // A gap or a parked delta holds back later deltas of the same source only.
@@ -408,6 +413,14 @@ public final class SyncEngine: Sendable {
                     outcome = try apply(incoming.data, name: incoming.name)
                 } catch let error as SyncError where error.code == .gap {
                     try transport.requestFullSnapshot(from: incoming.source, for: self)
+                    blocked.insert(incoming.source)
+                    continue
+                } catch let error as SyncError where error.code != .disabled && error.code != .transportFailed {
+                    report.refused.append("\(incoming.name): \(error)")
+                    blocked.insert(incoming.source)
+                    continue
+                } catch let error as StoreError where error.code == .invalidValue {
+                    report.refused.append("\(incoming.name): \(error)")
                     blocked.insert(incoming.source)
                     continue
                 }
@@ -446,12 +459,15 @@ public final class SyncEngine: Sendable {
         }
     }
 
-    private func recordingOutcome<R>(_ body: () throws -> R) throws -> R {
+    /// Runs `body` and records the outcome for ``status(peer:)``: its error, or success, or
+    /// the `problem` a successful result reports (kept as the last error).
+    private func recordingOutcome<R>(problem: (R) -> String? = { _ in nil }, _ body: () throws -> R) throws -> R {
         do {
             let result = try body()
+            let trouble = problem(result)
             try store.write(author: "sync") { tx in
                 try tx.setMetadata(Array(String(store.clock().timeIntervalSince1970).utf8), for: Self.lastSuccessKey)
-                try tx.setMetadata(nil, for: Self.lastErrorKey)
+                try tx.setMetadata(trouble.map { Array($0.utf8) }, for: Self.lastErrorKey)
             }
             return result
         } catch {

@@ -63,13 +63,22 @@ struct Sync: ParsableCommand {
                 let there = try a.sync(via: DirectTransport(to: b))
                 printLine("\(directory) → \(other): \(there)")
                 printLine("status: \(try a.status(peer: b.site)); peer: \(try b.status(peer: a.site))")
+                try failOnRefusals(there)
             } else if let relay {
                 let engine = try syncEngine(store, family: wanted, key: key)
                 let report = try engine.sync(via: RelayTransport(directory: URL(fileURLWithPath: relay)))
                 printLine("\(directory) ⇄ relay \(relay): \(report)")
                 printLine("status: \(try engine.status())")
+                try failOnRefusals(report)
             }
         }
+    }
+}
+
+/// A sync that refused deltas did not finish: the command fails after printing its report.
+private func failOnRefusals(_ report: SyncReport) throws {
+    if let first = report.refused.first {
+        throw CommandFailure(message: "\(report.refused.count) delta(s) refused, first: \(first)")
     }
 }
 

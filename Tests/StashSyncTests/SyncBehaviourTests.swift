@@ -536,6 +536,52 @@ import StashTestSupport
         #expect(try withDefault.store.get(NoteWithDefault.self, id: note.id)?.pinned == false)
         #expect(try withDefault.store.verify().isClean)
     }
+
+    /// A delta that cannot be applied (here a damaged relay file) holds back its own source
+    /// only: the other sources' deltas are applied, the report and the status say what was
+    /// refused and why. Before, the error ended the fetch, and sources sorted after the bad
+    /// one were never read.
+    @Test func aRefusedDeltaHoldsBackItsSourceOnly() throws {
+        let dir = TemporaryDirectory()
+        let relayURL = dir.url.appendingPathComponent("relay")
+        try FileManager.default.createDirectory(at: relayURL, withIntermediateDirectories: true)
+        let relay = RelayTransport(directory: relayURL)
+        let devices = try ["a", "b", "c"].map { try Device.open(dir.sub($0), family: family) }
+        let notes = [Note(title: "from a", body: ""), Note(title: "from b", body: "")]
+        for (device, note) in zip(devices, notes) {
+            try device.store.insert(note)
+            try device.engine.sendChanges(via: relay)
+        }
+        let damaged = try #require(FileManager.default.enumerator(atPath: relayURL.path)?.compactMap { $0 as? String }
+            .first { $0.hasPrefix(devices[0].store.siteID.description) && $0.hasSuffix(".delta") })
+        var bytes = try Data(contentsOf: relayURL.appendingPathComponent(damaged))
+        bytes[bytes.count / 2] ^= 0xFF
+        try bytes.write(to: relayURL.appendingPathComponent(damaged))
+
+        let report = try devices[2].engine.fetchChanges(via: relay)
+        #expect(report.refused.count == 1 && report.refused[0].contains("not a valid delta"), "\(report)")
+        #expect(try devices[2].store.get(Note.self, id: notes[1].id) != nil)
+        #expect(try devices[2].store.get(Note.self, id: notes[0].id) == nil)
+        #expect(try devices[2].engine.status().lastError?.contains("refused") == true)
+    }
+
+    /// A delta with its counter fields is format 2; without them (as a library before the
+    /// list wrote it) format 1; both read back as written.
+    @Test func deltasOfFormatOneAndTwoReadBack() throws {
+        let dir = TemporaryDirectory()
+        let a = try Device.open(dir.sub("a"), family: family)
+        try a.store.insert(Wallet())
+        var delta = try a.engine.makeDelta(for: nil)
+        #expect(delta.counterFields == ["Wallet": ["credits"]])
+        // (`created` travels as seconds since 1970, which need not give back the same `Date`.)
+        for format in [2, 1] {
+            if format == 1 { delta.counterFields = nil }
+            let encoded = delta.encoded()
+            #expect(encoded[4] == UInt8(format))
+            let back = try Delta(decoding: encoded, key: nil)
+            #expect(back.entries == delta.entries && back.counterFields == delta.counterFields && back.source == delta.source, "format \(format)")
+        }
+    }
 }
 
 /// A hybrid-logical-clock reading at 1 January of `year` (UTC).
