@@ -21,6 +21,15 @@ public struct Version: Comparable, Hashable, Sendable, CustomStringConvertible {
     /// The wall-clock part.
     public var date: Date { Date(timeIntervalSince1970: Double(clock >> 16) / 1000) }
 
+    /// The highest clock a merged version may carry: 2³² below the end of the clock's range.
+    /// A version past it comes from a broken clock or a forged delta, and is refused (merging
+    /// it would leave local writes unable to make a newer version); below it, every local
+    /// write can still make one (each write adds at most 1 to the clock it overwrites).
+    public static let maximumClock: UInt64 = .max - (1 << 32)
+
+    /// True when the version's clock is within ``maximumClock``.
+    public var isWithinClockRange: Bool { clock <= Self.maximumClock }
+
     public var description: String { "\(clock >> 16).\(clock & 0xFFFF)@\(site.description.prefix(8))" }
 }
 
@@ -29,10 +38,6 @@ func clockReading(_ date: Date) -> UInt64 {
     UInt64(max(0, date.timeIntervalSince1970 * 1000)) << 16
 }
 
-/// The highest clock a version may carry: the first millisecond of the year 10000 (UTC).
-/// A merged state with a newer version comes from a broken clock or a forged delta and is
-/// refused; below it, every local write can still make a newer version.
-let maximumVersionClock: UInt64 = clockReading(Date(timeIntervalSince1970: 253_402_300_800))
 
 /// How far ahead of local wall time a remote clock is followed (2 minutes). A store's
 /// clock never jumps further because of a device with a wrong clock; and since every local
@@ -60,13 +65,22 @@ public struct Counter: Codable, Sendable, Hashable, CustomStringConvertible {
 
     public init() { sites = [:] }
 
-    /// The sum of every site's increments minus decrements.
-    public var value: Int64 { sites.values.reduce(0) { $0 + $1.increments - $1.decrements } }
+    /// The sum of every site's increments minus decrements, held within `Int64`: a sum past
+    /// its range (only a forged state carries one) gives `Int64.max` or `.min`, not a trap.
+    public var value: Int64 {
+        let sum = sites.values.reduce(Int128(0)) { $0 + Int128($1.increments) - Int128($1.decrements) }
+        return Int64(clamping: sum)
+    }
 
     /// Adds `amount` (negative to subtract) on behalf of `site` (the writing store's site id).
+    /// Totals stop at `Int64.max`.
     public mutating func add(_ amount: Int64, site: RecordID) {
         var totals = sites[site.description] ?? Totals(increments: 0, decrements: 0)
-        if amount >= 0 { totals.increments += amount } else { totals.decrements += -amount }
+        if amount >= 0 {
+            totals.increments = saturating(totals.increments, plus: amount)
+        } else {
+            totals.decrements = saturating(totals.decrements, plus: saturating(negating: amount))
+        }
         sites[site.description] = totals
     }
 
@@ -83,6 +97,15 @@ public struct Counter: Codable, Sendable, Hashable, CustomStringConvertible {
 
     public var description: String { "\(value)" }
 }
+
+/// `a + b`, or the end of `Int64`'s range it passed.
+private func saturating(_ a: Int64, plus b: Int64) -> Int64 {
+    let (sum, overflow) = a.addingReportingOverflow(b)
+    return overflow ? (b > 0 ? .max : .min) : sum
+}
+
+/// `-a`, with `-Int64.min` held at `Int64.max`.
+private func saturating(negating a: Int64) -> Int64 { a == .min ? .max : -a }
 
 /// The replicated state of one record: its field values with their versions, the version
 /// of the insert that created this incarnation, and the newest delete seen for its id.

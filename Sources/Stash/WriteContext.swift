@@ -99,7 +99,7 @@ final class WriteContext: FieldTagResolver {
     /// overwrites, even when `old` came from a device whose clock runs ahead.
     func bumped(_ version: Version, over old: Version?) -> Version {
         guard let old, old >= version else { return version }
-        // Merges refuse clocks past `maximumVersionClock`; saturating keeps a damaged store
+        // Merges refuse clocks past `Version.maximumClock`; saturating keeps a damaged store
         // from trapping here.
         return Version(clock: old.clock == .max ? .max : old.clock + 1, site: version.site)
     }
@@ -413,8 +413,8 @@ final class WriteContext: FieldTagResolver {
     func merge(_ remote: RecordState, origin: RecordID) throws -> Bool {
         let layout = try self.layout(remote.type)
         if let latest = remote.latestVersion {
-            guard latest.clock < maximumVersionClock else {
-                throw StoreError(.invalidValue, "store \(path): the state of \(remote.type) \(remote.id) carries version \(latest), past the year 9999; its source's clock or the delta is broken, so it was not merged")
+            guard latest.isWithinClockRange else {
+                throw StoreError(.invalidValue, "store \(path): the state of \(remote.type) \(remote.id) carries version \(latest), past the clock range (Version.maximumClock); its source's clock or the delta is broken, so it was not merged")
             }
             try observe(latest)
         }

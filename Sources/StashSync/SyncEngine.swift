@@ -288,7 +288,10 @@ public final class SyncEngine: Sendable {
             var merged = 0
             // Merges are joins per record, so their order does not matter; unique-index
             // clashes are settled when the transaction commits, on the delta's final states.
-            for entry in delta.entries where !localOnly.contains(entry.type) {
+            // A state with a version past the clock range (a broken clock, a forged delta) is
+            // left out, the same way on every replica: merging it would leave local writes
+            // unable to make a newer version. The rest of the delta applies.
+            for entry in delta.entries where !localOnly.contains(entry.type) && (entry.latestVersion?.isWithinClockRange ?? true) {
                 if try tx.merge(entry, origin: delta.source) { changed += 1 }
                 merged += 1
                 if merged % 10_000 == 0 { report("import", merged, delta.entries.count) }

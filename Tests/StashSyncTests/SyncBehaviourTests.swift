@@ -441,7 +441,50 @@ import StashTestSupport
         #expect(try a.store.get(Note.self, id: note.id)?.title == "from 9000")
         try a.store.update(Note.self, id: note.id) { $0.title = "local again" }
         #expect(try a.store.get(Note.self, id: note.id)?.title == "local again")
+
+        // At the very end of the range, still accepted, and still beaten by a local write.
+        let last = Version(clock: Version.maximumClock, site: RecordID())
+        state.fields["title"] = FieldState(value: .string("at the end of the range"), version: last)
+        try a.store.write { tx in _ = try tx.merge(state, origin: last.site) }
+        try a.store.update(Note.self, id: note.id) { $0.title = "local last" }
+        #expect(try a.store.get(Note.self, id: note.id)?.title == "local last")
         #expect(try a.store.verify().isClean)
+    }
+
+    /// In a delta, a state past the clock range is left out by every replica, and the rest of
+    /// the delta applies (the source is not held back for good).
+    @Test func aDeltaLeavesOutAStatePastTheClockRange() throws {
+        let dir = TemporaryDirectory()
+        let a = try Device.open(dir.sub("a"), family: family)
+        let b = try Device.open(dir.sub("b"), family: family)
+        let good = Note(title: "good", body: ""), forged = Note(title: "forged", body: "")
+        try a.store.insert(good)
+        try a.store.insert(forged)
+        var delta = try a.engine.makeDelta(for: b.store.siteID)
+        let index = try #require(delta.entries.firstIndex { $0.id == forged.id })
+        delta.entries[index].fields["title"]?.version = Version(clock: .max, site: a.store.siteID)
+        #expect(try b.engine.apply(delta.encoded()) == .applied(entries: 2, changed: 1))
+        #expect(try b.store.get(Note.self, id: good.id) == good)
+        #expect(try b.store.get(Note.self, id: forged.id) == nil)
+    }
+
+    /// Counter totals past `Int64`'s range (only a forged state carries them) read as the end
+    /// of the range instead of trapping every read of the record.
+    @Test func counterTotalsPastTheRangeSaturate() throws {
+        let dir = TemporaryDirectory()
+        let a = try Device.open(dir.sub("a"), family: family)
+        let wallet = Wallet()
+        try a.store.insert(wallet)
+        var state = try a.store.read { try $0.recordState(typeNamed: "Wallet", id: wallet.id) }
+        let huge = FieldValue.map(["increments": .int(.max), "decrements": .int(0)])
+        let version = Version(clock: state.incarnation!.clock + 1, site: RecordID())
+        state.fields["credits"] = FieldState(value: .map(["sites": .map(["x": huge, "y": huge])]), version: version)
+        try a.store.write { tx in _ = try tx.merge(state, origin: version.site) }
+        #expect(try credits(a.store, wallet.id) == .max)
+        try a.store.update(Wallet.self, id: wallet.id) { $0.credits.add(.min, site: a.store.siteID) }
+        #expect(try credits(a.store, wallet.id) == .max, "max + max - max, whatever the order of the sites")
+        try a.store.update(Wallet.self, id: wallet.id) { $0.credits.add(.min, site: a.store.siteID) }
+        #expect(try credits(a.store, wallet.id) == .max, "a's decrements stop at Int64.max")
     }
 
     /// A store restored from a copy (a device backup, a copied directory) is a new replica:
