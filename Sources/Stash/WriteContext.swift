@@ -465,7 +465,8 @@ final class WriteContext: FieldTagResolver {
     /// time, their states clash in between although the final ones do not.
     ///
     /// Records are visited in ascending id order, so a record loses exactly when a smaller
-    /// one that stays shares one of its unique values. O(records under the merged keys).
+    /// one that stays shares one of its unique values. Each record under the merged keys is
+    /// read once: O(those records).
     private func settleMergedUniqueClashes() throws {
         guard !mergedUniqueKeys.isEmpty else { return }
         var candidates: [String: Set<RecordID>] = [:]
@@ -480,18 +481,31 @@ final class WriteContext: FieldTagResolver {
         mergedUniqueKeys.removeAll()
         for (type, ids) in candidates.sorted(by: { $0.key < $1.key }) {
             let layout = try self.layout(type)
+            let unique = layout.schema.indexes.filter(\.unique)
+            // Per unique index, the values of the records kept so far.
+            var kept = [Set<[UInt8]>](repeating: [], count: unique.count)
             for id in ids.sorted() {
                 guard let bytes = try txn.get(dbs.records, key: StoreKeys.record(layout.schema.tag, id)) else { continue }
                 let record = try decodeStored(bytes, type, id)
-                for index in layout.schema.indexes where index.unique {
-                    let key = try indexKey(index, layout, record)
-                    if try uniqueHolder(index, layout, key, record, id, below: id) != nil {
-                        try remove(layout, id: id)
-                        break
-                    }
+                let values = try unique.map { try uniqueValue($0, layout, record) }
+                if zip(kept, values).contains(where: { $0.contains($1) }) {
+                    try remove(layout, id: id)
+                } else {
+                    for (position, value) in values.enumerated() { kept[position].insert(value) }
                 }
             }
         }
+    }
+
+    /// What two records must share to clash on unique `index`: the index key, and, when the
+    /// key is shortened (long strings or bytes), the full values too.
+    private func uniqueValue(_ index: IndexSchema, _ layout: TypeLayout, _ record: EncodedRecord) throws -> [UInt8] {
+        let key = try indexKey(index, layout, record)
+        var value = key.bytes
+        if key.isLossy {
+            for name in index.fields { RecordValueCoding.append(try fieldValue(name, layout, record), to: &value) }
+        }
+        return value
     }
 
     /// The stored count plus this transaction's pending changes.
@@ -509,14 +523,12 @@ final class WriteContext: FieldTagResolver {
         try txn.put(dbs.index, key: key, value: id.bytes)
     }
 
-    /// Another record (than `id`; with an id below `below` when given) whose values for
-    /// unique `index` (key `key`) are those of `new`, or nil.
-    private func uniqueHolder(_ index: IndexSchema, _ layout: TypeLayout, _ key: KeyBytes, _ new: EncodedRecord, _ id: RecordID,
-                              below: RecordID? = nil) throws -> RecordID? {
+    /// Another record (than `id`) whose values for unique `index` (key `key`) are those of
+    /// `new`, or nil.
+    private func uniqueHolder(_ index: IndexSchema, _ layout: TypeLayout, _ key: KeyBytes, _ new: EncodedRecord, _ id: RecordID) throws -> RecordID? {
         var conflict: RecordID?
         try txn.forEachDuplicate(dbs.index, key: key) { value in
             guard let other = RecordID(bytes: value[...]), other != id else { return true }
-            if let below, other >= below { return true }
             if key.isLossy {
                 // A shortened key: compare the real values before calling it a duplicate.
                 let otherKey = StoreKeys.record(layout.schema.tag, other)

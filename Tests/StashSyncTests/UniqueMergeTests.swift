@@ -12,6 +12,13 @@ struct Account: Record, Equatable {
     static let indexes: [RecordIndex<Account>] = [.unique(\.email), .unique(\.handle)]
 }
 
+/// A type whose unique values are longer than an index key holds.
+struct Document: Record, Equatable {
+    var id = RecordID()
+    var path: String
+    static let indexes: [RecordIndex<Document>] = [.unique(\.path)]
+}
+
 /// Unique values that move between live records inside one delta. A delta holds each
 /// record's final state; the receiver merges them one at a time, so in between it can hold
 /// states that clash although the final ones do not. The clash rule (the smaller id stays)
@@ -131,5 +138,25 @@ struct Account: Record, Equatable {
         #expect(try b.store.get(UserProfile.self, id: ids.small)?.kind == "k3")
         #expect(try b.store.get(UserProfile.self, id: ids.large)?.kind == "k1")
         #expect(try b.store.verify().isClean)
+    }
+
+    /// Values longer than an index key share a shortened key: records clash only when the
+    /// whole values are equal.
+    @Test func longUniqueValuesClashOnlyWhenWhollyEqual() throws {
+        let dir = TemporaryDirectory()
+        let (a, b) = try twoDevices(dir, types: syncTypes + [Document.self])
+        let prefix = String(repeating: "/very/long/path", count: 60)
+        let ids = [RecordID(), RecordID(), RecordID(), RecordID()].sorted()
+        try a.store.insert(Document(id: ids[0], path: prefix + "/one"))
+        try a.store.insert(Document(id: ids[1], path: prefix + "/two"))
+        try b.store.insert(Document(id: ids[2], path: prefix + "/one"))
+        try b.store.insert(Document(id: ids[3], path: prefix + "/three"))
+        try a.sync(with: b)
+        try a.sync(with: b)
+        for device in [a, b] {
+            #expect(try device.store.count(Document.self) == 3, "store \(device.path)")
+            #expect(try device.store.get(Document.self, id: ids[2]) == nil, "store \(device.path)")
+            #expect(try device.store.verify().isClean, "store \(device.path)")
+        }
     }
 }
