@@ -156,6 +156,12 @@ struct SchemaMerger {
                     if let kind = stored.kind, kind != field.kind {
                         throw StoreError(.incompatibleSchema, "store \(path): \(name).\(field.name) is stored as \(kind.rawValue) but declared \(field.kind.rawValue); add a Migration (version \(schema.version + 1)) that converts it")
                     }
+                    // Counter or plain map decides how replicas merge the field; a store that
+                    // holds records keeps its choice (replicas that merged differently diverge).
+                    if storedCount > 0, stored.kind != nil, (stored.counter == true) != field.counter {
+                        let was = stored.counter == true ? "a counter" : "a plain \(stored.kind?.rawValue ?? "value")"
+                        throw StoreError(.incompatibleSchema, "store \(path): \(name).\(field.name) is \(was) in the \(storedCount) stored \(name) records but declared \(field.counter ? "a counter" : "a plain \(field.kind.rawValue)"); declare it as stored (a schema file says \"kind\": \"counter\" for a counter)")
+                    }
                     schema.types[t].fields[f].kind = field.kind
                     schema.types[t].fields[f].optional = field.optional
                     schema.types[t].fields[f].counter = field.counter ? true : nil

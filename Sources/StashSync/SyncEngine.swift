@@ -269,17 +269,15 @@ public final class SyncEngine: Sendable {
         if let recipient = delta.recipient, recipient != site {
             throw SyncError(.wrongRecipient, "\(name) was made for store \(recipient), not this one (\(site)); export a delta for this store's site id")
         }
-        if let reason = try incompatibility(delta) {
-            guard parking else { return .parked(reason: reason) }
-            try park(data, delta)
-            return .parked(reason: reason)
-        }
         let source = delta.source.description
-        let localOnly = Set(store.schema.types.filter(\.localOnly).map(\.name))
-        return try store.write(author: "sync") { tx in
+        // The schema check runs in the write transaction that merges, against the schema it
+        // sees: another process cannot change the schema in between.
+        let result: Result<ApplyOutcome, Incompatibility> = try store.write(author: "sync") { tx in
+            if let reason = try incompatibility(delta, in: tx) { return .failure(Incompatibility(reason: reason)) }
+            let localOnly = Set(tx.schema.types.filter(\.localOnly).map(\.name))
             var watermark = try PeerWatermark.load(source, in: tx)
             if !delta.isFullSnapshot {
-                if delta.to <= watermark.receivedThrough { return .duplicate }
+                if delta.to <= watermark.receivedThrough { return .success(.duplicate) }
                 if delta.from > watermark.receivedThrough + 1 {
                     throw SyncError(.gap, "\(name) covers \(delta.from)...\(delta.to) of \(source), but this store has applied only up to \(watermark.receivedThrough); deliver the missing deltas first")
                 }
@@ -299,8 +297,20 @@ public final class SyncEngine: Sendable {
             watermark.receivedThrough = max(watermark.receivedThrough, delta.to)
             watermark.lastReceived = store.clock()
             try watermark.save(in: tx)
-            return .applied(entries: delta.entries.count, changed: changed)
+            return .success(.applied(entries: delta.entries.count, changed: changed))
         }
+        switch result {
+        case .success(let outcome):
+            return outcome
+        case .failure(let incompatible):
+            if parking { try park(data, delta) }
+            return .parked(reason: incompatible.reason)
+        }
+    }
+
+    /// Why a delta cannot be applied yet (see ``incompatibility(_:in:)``).
+    private struct Incompatibility: Error {
+        let reason: String
     }
 
     /// The counter fields of each synced type of `schema` that has any (``Delta/counterFields``).
@@ -316,13 +326,9 @@ public final class SyncEngine: Sendable {
     /// Why this store cannot apply `delta` yet (a type or field it does not know, a field of
     /// another kind, a field one store merges as a counter and the other does not, or a record
     /// that would lack a field required here), or nil.
-    func incompatibility(_ delta: Delta) throws -> String? {
-        let schema = store.schema
+    func incompatibility(_ delta: Delta, in reading: some StoreReading) throws -> String? {
+        let schema = reading.schema
         if SchemaFingerprint.of(schema) == delta.schemaFingerprint { return nil }
-        return try store.read { snapshot in try incompatibility(delta, schema, snapshot) }
-    }
-
-    private func incompatibility(_ delta: Delta, _ schema: StoreSchema, _ snapshot: StoreSnapshot) throws -> String? {
         for entry in delta.entries {
             guard let type = schema.type(named: entry.type) else { return "unknown type \(entry.type)" }
             // A field required here without a default (added while this store held no record of
@@ -331,7 +337,7 @@ public final class SyncEngine: Sendable {
             if entry.exists, let missing = type.fields.first(where: { field in
                 !field.optional && field.defaultValue == nil && field.name != "id" && entry.fields[field.name] == nil
             }) {
-                let local = try snapshot.recordState(typeNamed: entry.type, id: entry.id)
+                let local = try reading.recordState(typeNamed: entry.type, id: entry.id)
                 let counters = Set(type.fields.filter { $0.counter == true }.map(\.name))
                 let merged = local.merged(with: entry, counters: counters)
                 if merged.exists, merged.fields[missing.name] == nil {

@@ -413,6 +413,26 @@ import StashTestSupport
         #expect(try a.store.count(Wallet.self) == 1, "b's wallet is not merged at a")
     }
 
+    /// Whether a field is a counter decides how replicas merge it: a store holding records
+    /// refuses an open that declares it the other way (before, each opener's declaration
+    /// silently switched it, and the process that opened last decided how merges went).
+    @Test func aStoreKeepsAFieldsCounterChoiceOnceItHoldsRecords() throws {
+        let dir = TemporaryDirectory()
+        do {
+            let store = try Store.open(at: dir.path, types: [Wallet.self])
+            try store.insert(Wallet())
+        }
+        let plain = SchemaDeclaration(types: [TypeDeclaration(name: "Wallet", fields: [FieldDeclaration(name: "credits", kind: .map)])])
+        #expect {
+            _ = try Store.open(at: dir.path, declaration: plain)
+        } throws: { error in
+            guard let error = error as? StoreError, error.code == .incompatibleSchema else { return false }
+            return error.message.contains("Wallet.credits is a counter")
+        }
+        let store = try Store.open(at: dir.path, types: [Wallet.self])
+        #expect(store.schema.type(named: "Wallet")?.field(named: "credits")?.counter == true)
+    }
+
     /// A state whose versions lie past the year 9999 (a broken peer or a forged delta) is
     /// refused with a clear error and changes nothing. Before, it was merged, and the next
     /// local write of the record overflowed the clock and trapped.
