@@ -59,7 +59,9 @@ public struct RecordIndex<R: Record>: @unchecked Sendable {
         _ a: KeyPath<R, A>, _ b: KeyPath<R, B>, _ c: KeyPath<R, C>) -> Self {
         Self([a, b, c], unique: false)
     }
-    /// A unique index: inserting a second record with the same value throws ``StoreError/Code/uniqueViolation``.
+    /// A unique index: inserting a second record with the same value throws
+    /// ``StoreError/Code/uniqueViolation``. A record without the value (nil, and no default)
+    /// clashes with none, like SQL's NULL: any number of records may lack it.
     public static func unique<A: IndexableValue>(_ a: KeyPath<R, A>) -> Self { Self([a], unique: true) }
     public static func unique<A: IndexableValue, B: IndexableValue>(_ a: KeyPath<R, A>, _ b: KeyPath<R, B>) -> Self {
         Self([a, b], unique: true)

@@ -81,7 +81,7 @@ extension Store {
                         let expected = try indexKey(index, layout, record)
                         if expected.bytes != key {
                             report.problems.append("\(type.name) \(id): stale entry in index \(index.name)")
-                        } else if index.unique && idsUnderKey > 1 && !expected.isLossy {
+                        } else if index.unique && idsUnderKey > 1 && !expected.isLossy, try !lacksUniqueValue(index, layout, record) {
                             report.problems.append("\(type.name) \(id): unique index \(index.name) holds \(idsUnderKey) records for one value")
                         }
                         return true

@@ -360,7 +360,7 @@ final class WriteContext: FieldTagResolver {
             let newKey = try indexKey(index, layout, new)
             let oldKey = try old.map { try indexKey(index, layout, $0) }
             if let oldKey, oldKey == newKey, !newKey.isLossy { continue }
-            if index.unique {
+            if index.unique, try !lacksUniqueValue(index, layout, new) {
                 if merging {
                     mergedUniqueKeys[newKey] = layout.schema.name
                 } else if let other = try uniqueHolder(index, layout, newKey, new, id) {
@@ -488,18 +488,20 @@ final class WriteContext: FieldTagResolver {
                 guard let bytes = try txn.get(dbs.records, key: StoreKeys.record(layout.schema.tag, id)) else { continue }
                 let record = try decodeStored(bytes, type, id)
                 let values = try unique.map { try uniqueValue($0, layout, record) }
-                if zip(kept, values).contains(where: { $0.contains($1) }) {
+                if zip(kept, values).contains(where: { kept, value in value.map(kept.contains) ?? false }) {
                     try remove(layout, id: id)
                 } else {
-                    for (position, value) in values.enumerated() { kept[position].insert(value) }
+                    for (position, value) in values.enumerated() { if let value { kept[position].insert(value) } }
                 }
             }
         }
     }
 
     /// What two records must share to clash on unique `index`: the index key, and, when the
-    /// key is shortened (long strings or bytes), the full values too.
-    private func uniqueValue(_ index: IndexSchema, _ layout: TypeLayout, _ record: EncodedRecord) throws -> [UInt8] {
+    /// key is shortened (long strings or bytes), the full values too; nil for a record that
+    /// lacks the value (it clashes with none).
+    private func uniqueValue(_ index: IndexSchema, _ layout: TypeLayout, _ record: EncodedRecord) throws -> [UInt8]? {
+        if try lacksUniqueValue(index, layout, record) { return nil }
         let key = try indexKey(index, layout, record)
         var value = key.bytes
         if key.isLossy {
@@ -517,7 +519,7 @@ final class WriteContext: FieldTagResolver {
     /// Adds the index entry of a stored record (index backfill), checking uniqueness.
     func addIndexEntry(_ index: IndexSchema, _ layout: TypeLayout, _ record: EncodedRecord, id: RecordID) throws {
         let key = try indexKey(index, layout, record)
-        if index.unique, let other = try uniqueHolder(index, layout, key, record, id) {
+        if index.unique, try !lacksUniqueValue(index, layout, record), let other = try uniqueHolder(index, layout, key, record, id) {
             throw try uniqueViolation(index, layout, record, holder: other)
         }
         try txn.put(dbs.index, key: key, value: id.bytes)
@@ -606,6 +608,13 @@ func fieldValue(_ name: String, _ layout: TypeLayout, _ record: EncodedRecord) t
 private func fieldValue(_ name: String, tag: UInt16?, _ layout: TypeLayout, _ record: EncodedRecord) throws -> FieldValue {
     if let tag, let value = try record.value(of: tag) { return value }
     return layout.defaults[name] ?? .null
+}
+
+/// True when `record` has no value (null, and no default) for a field of unique `index`. Such
+/// a record clashes with no other on that index, like a row with NULL under SQL's UNIQUE: any
+/// number of records may lack the value.
+func lacksUniqueValue(_ index: IndexSchema, _ layout: TypeLayout, _ record: EncodedRecord) throws -> Bool {
+    try index.fields.contains { try fieldValue($0, layout, record) == .null }
 }
 
 /// The index key of a stored record: type tag, index tag, then each field's component.

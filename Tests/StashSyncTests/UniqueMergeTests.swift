@@ -12,6 +12,22 @@ struct Account: Record, Equatable {
     static let indexes: [RecordIndex<Account>] = [.unique(\.email), .unique(\.handle)]
 }
 
+/// `Member` as an app version before its unique `email` declared it.
+struct MemberV1: Record, Equatable {
+    static let recordType = "Member"
+    var id = RecordID()
+    var name: String
+}
+
+/// `Member` with a unique `email` that may be missing.
+struct MemberV2: Record, Equatable {
+    static let recordType = "Member"
+    var id = RecordID()
+    var name: String
+    var email: String?
+    static let indexes: [RecordIndex<MemberV2>] = [.unique(\.email)]
+}
+
 /// A type whose unique values are longer than an index key holds.
 struct Document: Record, Equatable {
     var id = RecordID()
@@ -158,5 +174,21 @@ struct Document: Record, Equatable {
             #expect(try device.store.get(Document.self, id: ids[2]) == nil, "store \(device.path)")
             #expect(try device.store.verify().isClean, "store \(device.path)")
         }
+    }
+
+    /// Records from a replica whose schema lacks the unique field all lack its value: none of
+    /// them clashes with another (before, the smallest id stayed and the rest were deleted on
+    /// every replica, the old one included).
+    @Test func recordsLackingAUniqueValueAllSurviveAMerge() throws {
+        let dir = TemporaryDirectory()
+        let old = try Device.open(dir.sub("old"), family: family, types: [MemberV1.self])
+        let new = try Device.open(dir.sub("new"), family: family, types: [MemberV2.self])
+        for name in ["a", "b", "c"] { try old.store.insert(MemberV1(name: name)) }
+        try new.store.insert(MemberV2(name: "d", email: nil))
+        try old.sync(with: new)
+        try old.sync(with: new)
+        #expect(try new.store.count(MemberV2.self) == 4)
+        #expect(try old.store.count(MemberV1.self) == 4)
+        #expect(try new.store.verify().isClean && old.store.verify().isClean)
     }
 }

@@ -12,7 +12,47 @@ struct Account: Record, Equatable {
     static let indexes: [RecordIndex<Account>] = [.index(\.team), .unique(\.handle)]
 }
 
+/// A unique value that may be missing.
+struct Member: Record, Equatable {
+    var id = RecordID()
+    var name: String
+    var email: String?
+    static let indexes: [RecordIndex<Member>] = [.unique(\.email)]
+}
+
 @Suite struct UniqueIndexTests {
+    /// Like SQL's NULL, a missing value is no value: any number of records may lack it, while
+    /// equal values still clash, and `verify` agrees.
+    @Test func recordsWithoutTheValueNeverClash() throws {
+        let dir = TemporaryDirectory()
+        let store = try Store.open(at: dir.path, types: [Member.self])
+        try store.insert(Member(name: "a", email: nil))
+        try store.insert(Member(name: "b", email: nil))
+        let c = Member(name: "c", email: "c@example.com")
+        try store.insert(c)
+        #expect((thrownError { try store.insert(Member(name: "d", email: "c@example.com")) } as? StoreError)?.code == .uniqueViolation)
+        try store.update(Member.self, id: c.id) { $0.email = nil }
+        try store.insert(Member(name: "d", email: "c@example.com"))
+        #expect(try store.count(Member.self) == 4)
+        #expect(try store.verify().isClean)
+    }
+
+    /// A unique index added to a type whose records lack the value builds without a clash.
+    @Test func aUniqueIndexOnAFieldRecordsLackBuilds() throws {
+        let dir = TemporaryDirectory()
+        let declaration = SchemaDeclaration(types: [TypeDeclaration(name: "Member", fields: [
+            FieldDeclaration(name: "name", kind: .string), FieldDeclaration(name: "email", kind: .string, optional: true)])])
+        do {
+            let store = try Store.open(at: dir.path, declaration: declaration)
+            for name in ["a", "b"] {
+                try store.write { try $0.put(GenericRecord(type: "Member", id: RecordID(), fields: ["name": .string(name)])) }
+            }
+        }
+        let store = try Store.open(at: dir.path, types: [Member.self])
+        #expect(try store.count(Member.self) == 2)
+        #expect(try store.verify().isClean)
+    }
+
     @Test func duplicateInsertNamesTypeFieldAndValue() throws {
         let dir = TemporaryDirectory()
         let store = try Store.open(at: dir.path, types: [UserProfile.self])
