@@ -77,10 +77,16 @@ public struct RelayTransport: SyncTransport {
     public let directory: URL
     /// A simulated container quota in bytes: a delivery that would exceed it fails.
     public var quotaBytes: Int?
+    /// How long a reader that stopped reading (a retired device, the site a restored copy
+    /// left behind) keeps other stores' files from being deleted. After it, the files it has
+    /// not read go like the rest, except each source's newest; should it come back, it finds
+    /// a gap and asks for a full snapshot. Default 30 days.
+    public var staleReaderAge: TimeInterval
 
-    public init(directory: URL, quotaBytes: Int? = nil) {
+    public init(directory: URL, quotaBytes: Int? = nil, staleReaderAge: TimeInterval = 30 * 86_400) {
         self.directory = directory
         self.quotaBytes = quotaBytes
+        self.staleReaderAge = staleReaderAge
     }
 
     public var peer: RecordID? { nil }
@@ -130,8 +136,10 @@ public struct RelayTransport: SyncTransport {
 
     public func incoming(for engine: SyncEngine) throws -> [IncomingDelta] {
         try checkAvailable()
-        // Make this store known as a reader, so sources keep files until it has read them.
+        // Make this store known as a reader, so sources keep files until it has read them, and
+        // note when it last read (see `staleReaderAge`).
         try FileManager.default.createDirectory(at: folder(engine.site), withIntermediateDirectories: true)
+        try Data(String(engine.store.clock().timeIntervalSince1970).utf8).write(to: folder(engine.site).appendingPathComponent("seen"), options: .atomic)
         try cleanUp(for: engine)
         let sources = try FileManager.default.contentsOfDirectory(at: directory, includingPropertiesForKeys: nil)
         var result: [IncomingDelta] = []
@@ -164,20 +172,40 @@ public struct RelayTransport: SyncTransport {
         try AtomicFile.write(Data(), to: folder(source).appendingPathComponent("requests").appendingPathComponent(engine.site.description))
     }
 
-    /// Deletes this store's delta files that every known reader has acknowledged.
+    /// Deletes this store's delta files that every reader has acknowledged, leaving out
+    /// readers silent for longer than `staleReaderAge`; the newest file stays when such a
+    /// reader has not acknowledged it, so that it finds the gap when it comes back.
     private func cleanUp(for engine: SyncEngine) throws {
         let mine = folder(engine.site)
         let readers = ((try? FileManager.default.contentsOfDirectory(atPath: directory.path)) ?? [])
             .filter { RecordID(string: $0) != nil && $0 != engine.site.description }
         guard !readers.isEmpty else { return }
+        let now = engine.store.clock().timeIntervalSince1970
         var acknowledged = UInt64.max
+        var staleBehind = false
         for reader in readers {
             let ack = mine.appendingPathComponent("acks").appendingPathComponent(reader)
             let value = (try? String(contentsOf: ack, encoding: .utf8)).flatMap { UInt64($0) } ?? 0
+            if now - lastRead(by: reader) > staleReaderAge {
+                staleBehind = true
+                continue
+            }
             acknowledged = min(acknowledged, value)
         }
-        for file in deltas(of: mine) where file.to <= acknowledged {
+        let files = deltas(of: mine)
+        for file in files where file.to <= acknowledged && !(staleBehind && file.url == files.last?.url) {
             try? FileManager.default.removeItem(at: file.url)
         }
+    }
+
+    /// When `reader` (a site's folder name) last read the relay: its `seen` note, or, from a
+    /// library before the note, its folder's last change.
+    private func lastRead(by reader: String) -> TimeInterval {
+        let readerFolder = directory.appendingPathComponent(reader)
+        if let text = try? String(contentsOf: readerFolder.appendingPathComponent("seen"), encoding: .utf8), let seen = Double(text) {
+            return seen
+        }
+        let changed = (try? FileManager.default.attributesOfItem(atPath: readerFolder.path)[.modificationDate]) as? Date
+        return changed?.timeIntervalSince1970 ?? 0
     }
 }

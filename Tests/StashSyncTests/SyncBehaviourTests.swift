@@ -413,6 +413,45 @@ import StashTestSupport
         #expect(try a.store.count(Wallet.self) == 1, "b's wallet is not merged at a")
     }
 
+    /// A reader of the relay that stops reading (a retired device, or the site a restored copy
+    /// left behind) holds back the cleanup for `staleReaderAge` only; if it comes back, it
+    /// finds a gap, asks for a full snapshot and catches up.
+    @Test func aRelayReaderGoneSilentStopsHoldingBackTheCleanup() throws {
+        let dir = TemporaryDirectory()
+        let relayURL = dir.url.appendingPathComponent("relay")
+        try FileManager.default.createDirectory(at: relayURL, withIntermediateDirectories: true)
+        let clock = TestClock()
+        let relay = RelayTransport(directory: relayURL, staleReaderAge: 30 * 86_400)
+        let a = try Device.open(dir.sub("a"), family: family, clock: clock)
+        let b = try Device.open(dir.sub("b"), family: family, clock: clock)
+        try a.store.insert(Note(title: "first", body: ""))
+        try a.engine.sync(via: relay)
+        try b.engine.sync(via: relay)
+        func filesOfA() -> Int {
+            (try? FileManager.default.contentsOfDirectory(atPath: relayURL.appendingPathComponent(a.store.siteID.description).path))?
+                .filter { $0.hasSuffix(".delta") }.count ?? 0
+        }
+        #expect(filesOfA() == 1, "b read it, but a cleans up at its next sync")
+        try a.store.insert(Note(title: "second", body: ""))
+        try a.engine.sync(via: relay)
+        #expect(filesOfA() == 1)   // the first went once b had acknowledged it
+        try a.store.insert(Note(title: "third", body: ""))
+        try a.engine.sync(via: relay)
+        #expect(filesOfA() == 2, "b has not read the second: it is kept")
+
+        clock.advance(31 * 86_400)
+        try a.store.insert(Note(title: "fourth", body: ""))
+        try a.engine.sync(via: relay)
+        #expect(filesOfA() == 1, "b has been silent for a month: a keeps only its newest file")
+
+        // b comes back: a gap, a request for a full snapshot, then everything.
+        _ = try b.engine.sync(via: relay)
+        try a.engine.sync(via: relay)
+        _ = try b.engine.sync(via: relay)
+        #expect(try canonicalDump(b.store) == canonicalDump(a.store))
+        #expect(try b.store.count(Note.self) == 4)
+    }
+
     /// Whether a field is a counter decides how replicas merge it: a store holding records
     /// refuses an open that declares it the other way (before, each opener's declaration
     /// silently switched it, and the process that opened last decided how merges went).
