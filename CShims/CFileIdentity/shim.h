@@ -15,7 +15,7 @@
 /// Fills `inode` and the birth time (`seconds`, `nanoseconds`; both 0 when the file system
 /// does not record it) of open file `fd`. Returns 0, or -1 with errno set.
 static inline int stash_file_identity(int fd, uint64_t *inode, int64_t *seconds, uint32_t *nanoseconds) {
-#if defined(__linux__) && defined(__NR_statx)
+#if defined(__linux__) && defined(__NR_statx) && defined(STATX_BTIME)
     struct statx x;
     if (syscall(__NR_statx, fd, "", 0x1000 /* AT_EMPTY_PATH */, STATX_INO | STATX_BTIME, &x) == 0) {
         *inode = x.stx_ino;

@@ -64,7 +64,7 @@ struct SchemaMerger {
             try txn.put(dbs.meta, key: MetaKey.format, uint64: Self.format)
             try txn.put(dbs.meta, key: MetaKey.storeID, value: RecordID().bytes)
             try txn.put(dbs.meta, key: MetaKey.siteID, value: RecordID().bytes)
-            try txn.put(dbs.meta, key: MetaKey.dataFile, value: dataFileBytes)
+            try txn.put(dbs.meta, key: MetaKey.dataFile, value: Self.encoded(dataFile))
             try txn.put(dbs.meta, key: MetaKey.nextSequence, uint64: 1)
             try txn.put(dbs.meta, key: MetaKey.created, uint64: UInt64(Date().timeIntervalSince1970 * 1000))
         }
@@ -72,34 +72,47 @@ struct SchemaMerger {
               var site = RecordID(bytes: (try txn.get(dbs.meta, key: MetaKey.siteID) ?? [])[...]) else {
             throw StoreError(.corrupted, "store \(path): store or site id missing from meta")
         }
-        let stored = try txn.get(dbs.meta, key: MetaKey.dataFile)
-        if stored != dataFileBytes {
-            if stored != nil {
-                // Another file than the one the site id was made for: a copy (a restored backup,
-                // a copied directory) and so another replica. Writing as the original's site, it
-                // would reuse history sequence numbers peers have received from the original
-                // (and drop as duplicates) and restart the original's counter totals from stale
-                // values. It gets a site of its own; the store id stays. What it holds of the
-                // original's history is noted before anything (a migration) writes as the new site.
-                let through = (try txn.uint64(dbs.meta, key: MetaKey.nextSequence) ?? 1) - 1
-                let earlier = try txn.get(dbs.meta, key: MetaKey.copiedFrom) ?? []
-                try txn.put(dbs.meta, key: MetaKey.copiedFrom, value: earlier + CopyOrigin(site: site, through: HistoryToken(sequence: through)).encoded())
-                site = RecordID()
-                try txn.put(dbs.meta, key: MetaKey.siteID, value: site.bytes)
-            }
-            // Without a stored identity (a store from before it was kept), this file is taken as
-            // the original.
-            try txn.put(dbs.meta, key: MetaKey.dataFile, value: dataFileBytes)
+        let stored = try txn.get(dbs.meta, key: MetaKey.dataFile).map(Self.fileIdentity(decoding:))
+        if let stored, !stored.isSameFile(as: dataFile) {
+            // Another file than the one the site id was made for: a copy (a restored backup,
+            // a copied directory) and so another replica. Writing as the original's site, it
+            // would reuse history sequence numbers peers have received from the original
+            // (and drop as duplicates) and restart the original's counter totals from stale
+            // values. It gets a site of its own; the store id stays. What it holds of the
+            // original's history is noted before anything (a migration) writes as the new site.
+            let through = max(1, try txn.uint64(dbs.meta, key: MetaKey.nextSequence) ?? 1) - 1
+            let earlier = try txn.get(dbs.meta, key: MetaKey.copiedFrom) ?? []
+            try txn.put(dbs.meta, key: MetaKey.copiedFrom, value: earlier + CopyOrigin(site: site, through: HistoryToken(sequence: through)).encoded())
+            site = RecordID()
+            try txn.put(dbs.meta, key: MetaKey.siteID, value: site.bytes)
+            try txn.put(dbs.meta, key: MetaKey.dataFile, value: Self.encoded(dataFile))
+        } else if stored.map({ !$0.hasBirth && dataFile.hasBirth }) ?? true {
+            // Kept for the first time (a store from before it was kept is taken as the original),
+            // or now with the birth time the stored identity lacked.
+            try txn.put(dbs.meta, key: MetaKey.dataFile, value: Self.encoded(dataFile))
         }
         return (store, site)
     }
 
-    private var dataFileBytes: [UInt8] {
+    /// Stored form of the data file's identity: inode, birth seconds, birth nanoseconds (24
+    /// bytes big-endian).
+    private static func encoded(_ identity: FileIdentity) -> [UInt8] {
         var key = KeyBytes()
-        key.appendBigEndian(dataFile.inode)
-        key.appendBigEndian(UInt64(bitPattern: dataFile.birthSeconds))
-        key.appendBigEndian(UInt64(dataFile.birthNanoseconds))
+        key.appendBigEndian(identity.inode)
+        key.appendBigEndian(UInt64(bitPattern: identity.birthSeconds))
+        key.appendBigEndian(UInt64(identity.birthNanoseconds))
         return key.bytes
+    }
+
+    /// ``encoded(_:)`` read back; the 16-byte form of an earlier build (device, inode) gives
+    /// its inode without a birth time.
+    private static func fileIdentity(decoding bytes: [UInt8]) -> FileIdentity {
+        func word(_ at: Int) -> UInt64 {
+            guard bytes.count >= at + 8 else { return 0 }
+            return bytes[at..<at + 8].reduce(UInt64(0)) { $0 << 8 | UInt64($1) }
+        }
+        if bytes.count == 16 { return FileIdentity(inode: word(8), birth: nil) }
+        return FileIdentity(inode: word(0), birth: (Int64(bitPattern: word(8)), UInt32(truncatingIfNeeded: word(16))))
     }
 
     private func report(_ phase: String, _ done: Int, _ total: Int) {

@@ -438,6 +438,15 @@ public struct FileIdentity: Hashable, Sendable {
         birthSeconds = birth?.seconds ?? 0
         birthNanoseconds = birth?.nanoseconds ?? 0
     }
+
+    /// True when the birth time is known.
+    public var hasBirth: Bool { birthSeconds != 0 || birthNanoseconds != 0 }
+
+    /// Whether `other` can be the same file: the same inode, and the same birth time when
+    /// both know it (a process whose `statx` is refused, in a sandbox, sees no birth time).
+    public func isSameFile(as other: FileIdentity) -> Bool {
+        inode == other.inode && (!hasBirth || !other.hasBirth || (birthSeconds, birthNanoseconds) == (other.birthSeconds, other.birthNanoseconds))
+    }
 }
 
 /// Figures from `mdb_env_info` and `mdb_env_stat`.

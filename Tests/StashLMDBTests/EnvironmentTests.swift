@@ -53,6 +53,23 @@ import StashTestSupport
         }
     }
 
+    /// The data file's identity stays with the file (a reopen) and differs for a copy; a
+    /// missing birth time (a sandbox refusing `statx`) matches on the inode alone.
+    @Test func dataFileIdentityTellsAFileFromItsCopy() throws {
+        let dir = TemporaryDirectory()
+        let first = try openEnvironment(dir.sub("a")).dataFileIdentity()
+        #expect(try openEnvironment(dir.sub("a")).dataFileIdentity() == first)
+        try FileManager.default.copyItem(atPath: dir.sub("a"), toPath: dir.sub("b"))
+        let copy = try openEnvironment(dir.sub("b")).dataFileIdentity()
+        #expect(!copy.isSameFile(as: first))
+
+        let unknownBirth = FileIdentity(inode: first.inode, birth: nil)
+        #expect(unknownBirth.isSameFile(as: first) && first.isSameFile(as: unknownBirth))
+        let otherBirth = FileIdentity(inode: first.inode, birth: (first.birthSeconds + 1, 0))
+        #expect(!first.hasBirth || !otherBirth.isSameFile(as: first))
+        #expect(!FileIdentity(inode: first.inode &+ 1, birth: nil).isSameFile(as: first))
+    }
+
     @Test func dataSurvivesReopen() throws {
         let dir = TemporaryDirectory()
         do {
