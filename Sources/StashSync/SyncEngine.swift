@@ -370,18 +370,31 @@ public final class SyncEngine: Sendable {
     /// Applies parked deltas whose schema is now known (in source and range order).
     /// - Returns: how many were applied.
     @discardableResult
+    /// - Throws: the first error a parked delta met, after trying the others: an error (or a
+    ///   delta still parked) holds back the later parked deltas of its own source only.
     public func retryParked() throws -> Int {
         let files = (try? FileManager.default.contentsOfDirectory(at: parkedDirectory, includingPropertiesForKeys: nil)) ?? []
         var applied = 0
+        var blocked = Set<Substring>()
+        var firstError: (any Error)?
         for file in files.filter({ $0.pathExtension == "delta" }).sorted(by: { $0.lastPathComponent < $1.lastPathComponent }) {
-            let data = try Data(contentsOf: file)
-            switch try apply(data, name: file.lastPathComponent, parking: false) {
-            case .parked: continue
-            case .applied, .duplicate:
-                try FileManager.default.removeItem(at: file)
-                applied += 1
+            // Named "<source>-<from>-<to>.delta" (see `park`); the source is the id before the range.
+            let source = file.lastPathComponent.dropLast(".delta".count + 42)
+            if blocked.contains(source) { continue }
+            do {
+                switch try apply(try Data(contentsOf: file), name: file.lastPathComponent, parking: false) {
+                case .parked:
+                    blocked.insert(source)
+                case .applied, .duplicate:
+                    try FileManager.default.removeItem(at: file)
+                    applied += 1
+                }
+            } catch {
+                blocked.insert(source)
+                if firstError == nil { firstError = error }
             }
         }
+        if let firstError { throw firstError }
         return applied
     }
 
@@ -425,10 +438,13 @@ public final class SyncEngine: Sendable {
                     blocked.insert(incoming.source)
                     continue
                 } catch let error as SyncError where error.code != .disabled && error.code != .transportFailed {
+                    // A damaged delta is superseded by a full snapshot of its source, once asked.
+                    if error.code == .corruptDelta { try transport.requestFullSnapshot(from: incoming.source, for: self) }
                     report.refused.append("\(incoming.name): \(error)")
                     blocked.insert(incoming.source)
                     continue
-                } catch let error as StoreError where error.code == .invalidValue {
+                } catch let error as StoreError where error.code != .storage && error.code != .corrupted {
+                    // What the delta holds (a value of another kind, say): this source only.
                     report.refused.append("\(incoming.name): \(error)")
                     blocked.insert(incoming.source)
                     continue

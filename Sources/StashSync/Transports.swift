@@ -139,7 +139,7 @@ public struct RelayTransport: SyncTransport {
         // Make this store known as a reader, so sources keep files until it has read them, and
         // note when it last read (see `staleReaderAge`).
         try FileManager.default.createDirectory(at: folder(engine.site), withIntermediateDirectories: true)
-        try Data(String(engine.store.clock().timeIntervalSince1970).utf8).write(to: folder(engine.site).appendingPathComponent("seen"), options: .atomic)
+        try noteRead(by: engine)
         try cleanUp(for: engine)
         let sources = try FileManager.default.contentsOfDirectory(at: directory, includingPropertiesForKeys: nil)
         var result: [IncomingDelta] = []
@@ -172,9 +172,27 @@ public struct RelayTransport: SyncTransport {
         try AtomicFile.write(Data(), to: folder(source).appendingPathComponent("requests").appendingPathComponent(engine.site.description))
     }
 
+    /// Notes that `engine`'s store reads the relay, and for which family (`DIR/<site>/seen`:
+    /// time and family id). Rewritten only once the note is a thirtieth of `staleReaderAge`
+    /// old, so that a store syncing every few seconds does not upload a file each time.
+    private func noteRead(by engine: SyncEngine) throws {
+        let url = folder(engine.site).appendingPathComponent("seen")
+        let now = engine.store.clock().timeIntervalSince1970
+        if let note = readNote(url), note.family == engine.family, now - note.time < staleReaderAge / 30, note.time <= now { return }
+        try Data("\(now) \(engine.family)".utf8).write(to: url, options: .atomic)
+    }
+
+    private func readNote(_ url: URL) -> (time: TimeInterval, family: RecordID?)? {
+        guard let text = try? String(contentsOf: url, encoding: .utf8) else { return nil }
+        let parts = text.split(separator: " ")
+        guard let time = parts.first.flatMap({ Double($0) }) else { return nil }
+        return (time, parts.count > 1 ? RecordID(string: String(parts[1])) : nil)
+    }
+
     /// Deletes this store's delta files that every reader has acknowledged, leaving out
-    /// readers silent for longer than `staleReaderAge`; the newest file stays when such a
-    /// reader has not acknowledged it, so that it finds the gap when it comes back.
+    /// readers of another family and readers silent for longer than `staleReaderAge`; the
+    /// newest file stays when such a silent reader has not acknowledged it, so that it finds
+    /// the gap when it comes back.
     private func cleanUp(for engine: SyncEngine) throws {
         let mine = folder(engine.site)
         let readers = ((try? FileManager.default.contentsOfDirectory(atPath: directory.path)) ?? [])
@@ -184,9 +202,11 @@ public struct RelayTransport: SyncTransport {
         var acknowledged = UInt64.max
         var staleBehind = false
         for reader in readers {
+            let note = readNote(directory.appendingPathComponent(reader).appendingPathComponent("seen"))
+            if let family = note?.family, family != engine.family { continue }
             let ack = mine.appendingPathComponent("acks").appendingPathComponent(reader)
             let value = (try? String(contentsOf: ack, encoding: .utf8)).flatMap { UInt64($0) } ?? 0
-            if now - lastRead(by: reader) > staleReaderAge {
+            if now - (note?.time ?? lastChange(of: reader)) > staleReaderAge {
                 staleBehind = true
                 continue
             }
@@ -198,14 +218,10 @@ public struct RelayTransport: SyncTransport {
         }
     }
 
-    /// When `reader` (a site's folder name) last read the relay: its `seen` note, or, from a
-    /// library before the note, its folder's last change.
-    private func lastRead(by reader: String) -> TimeInterval {
-        let readerFolder = directory.appendingPathComponent(reader)
-        if let text = try? String(contentsOf: readerFolder.appendingPathComponent("seen"), encoding: .utf8), let seen = Double(text) {
-            return seen
-        }
-        let changed = (try? FileManager.default.attributesOfItem(atPath: readerFolder.path)[.modificationDate]) as? Date
+    /// The last change of `reader`'s folder: when a reader of a library before the `seen`
+    /// note last wrote there.
+    private func lastChange(of reader: String) -> TimeInterval {
+        let changed = (try? FileManager.default.attributesOfItem(atPath: directory.appendingPathComponent(reader).path)[.modificationDate]) as? Date
         return changed?.timeIntervalSince1970 ?? 0
     }
 }

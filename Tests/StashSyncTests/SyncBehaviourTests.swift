@@ -424,9 +424,12 @@ import StashTestSupport
         let relay = RelayTransport(directory: relayURL, staleReaderAge: 30 * 86_400)
         let a = try Device.open(dir.sub("a"), family: family, clock: clock)
         let b = try Device.open(dir.sub("b"), family: family, clock: clock)
+        // A store of another family sharing the folder reads it too, but holds nothing back.
+        let stranger = try Device.open(dir.sub("x"), family: RecordID(), clock: clock)
         try a.store.insert(Note(title: "first", body: ""))
         try a.engine.sync(via: relay)
         try b.engine.sync(via: relay)
+        #expect(try !stranger.engine.sync(via: relay).refused.isEmpty)
         func filesOfA() -> Int {
             (try? FileManager.default.contentsOfDirectory(atPath: relayURL.appendingPathComponent(a.store.siteID.description).path))?
                 .filter { $0.hasSuffix(".delta") }.count ?? 0
@@ -665,6 +668,34 @@ import StashTestSupport
         #expect(try devices[2].store.get(Note.self, id: notes[1].id) != nil)
         #expect(try devices[2].store.get(Note.self, id: notes[0].id) == nil)
         #expect(try devices[2].engine.status().lastError?.contains("refused") == true)
+
+        // The refusal asked a for a full snapshot, which supersedes the damaged file.
+        #expect(try devices[0].engine.sync(via: relay).sentFullSnapshot)
+        let again = try devices[2].engine.fetchChanges(via: relay)
+        #expect(again.refused.isEmpty, "\(again)")
+        #expect(try devices[2].store.get(Note.self, id: notes[0].id) != nil)
+        #expect(try devices[2].engine.status().lastError == nil)
+    }
+
+    /// A parked delta that fails when retried holds back its own source only: the parked
+    /// deltas of other sources are still applied once the schema knows their types.
+    @Test func aFailingParkedDeltaHoldsBackItsSourceOnly() throws {
+        let dir = TemporaryDirectory()
+        let source = try Device.open(dir.sub("source"), family: family)
+        let note = Note(title: "parked until Note is known", body: "")
+        try source.store.insert(note)
+        let receiver = try Device.open(dir.sub("receiver"), family: family, types: [Wallet.self])
+        let outcome = try receiver.engine.apply(try source.engine.makeDelta(for: receiver.store.siteID).encoded())
+        guard case .parked = outcome else { Issue.record("not parked: \(outcome)"); return }
+        // A damaged parked file of another source, sorting first.
+        let damaged = URL(fileURLWithPath: receiver.path).appendingPathComponent("sync-parked").appendingPathComponent(
+            "00000000-0000-0000-0000-000000000000-00000000000000000001-00000000000000000001.delta")
+        try Data("not a delta".utf8).write(to: damaged)
+
+        let reopened = try Device.open(dir.sub("receiver"), family: family)
+        #expect(try reopened.store.get(Note.self, id: note.id) != nil)
+        #expect(reopened.engine.parkedDeltas() == [damaged.lastPathComponent])
+        #expect(throws: SyncError.self) { try reopened.engine.retryParked() }
     }
 
     /// A delta with its counter fields is format 2; without them (as a library before the
