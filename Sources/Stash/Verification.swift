@@ -65,10 +65,11 @@ extension Store {
                 }
                 for index in type.indexes {
                     var lastKey: [UInt8]?
-                    var idsUnderKey = 0
+                    // Records under the key that hold the value (those that lack it clash with none).
+                    var holdersUnderKey = 0
                     try txn.scan(dbs.index, prefix: StoreKeys.indexPrefix(type.tag, index.tag)) { key, value in
                         report.indexEntriesChecked += 1
-                        if key == lastKey { idsUnderKey += 1 } else { idsUnderKey = 1; lastKey = key }
+                        if key != lastKey { holdersUnderKey = 0; lastKey = key }
                         guard let id = RecordID(bytes: value[...]) else {
                             report.problems.append("\(type.name) index \(index.name): malformed id of \(value.count) bytes")
                             return true
@@ -81,8 +82,11 @@ extension Store {
                         let expected = try indexKey(index, layout, record)
                         if expected.bytes != key {
                             report.problems.append("\(type.name) \(id): stale entry in index \(index.name)")
-                        } else if index.unique && idsUnderKey > 1 && !expected.isLossy, try !lacksUniqueValue(index, layout, record) {
-                            report.problems.append("\(type.name) \(id): unique index \(index.name) holds \(idsUnderKey) records for one value")
+                        } else if index.unique && !expected.isLossy, try !lacksUniqueValue(index, layout, record) {
+                            holdersUnderKey += 1
+                            if holdersUnderKey > 1 {
+                                report.problems.append("\(type.name) \(id): unique index \(index.name) holds \(holdersUnderKey) records for one value")
+                            }
                         }
                         return true
                     }

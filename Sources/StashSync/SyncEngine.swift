@@ -537,15 +537,18 @@ struct RecordKey: Hashable {
     let id: RecordID
 }
 
-/// A short digest of the synced part of a schema (types, fields and kinds, local-only
-/// types left out): equal fingerprints mean a delta fits without checking each entry.
+/// A short digest of the synced part of a schema (types; fields with their kinds, counter
+/// marks, optionality and whether they have a default; local-only types left out): equal
+/// fingerprints mean a delta fits without checking each entry.
 enum SchemaFingerprint {
     static func of(_ schema: StoreSchema) -> [UInt8] {
         var text = ""
         for type in schema.types.filter({ !$0.localOnly }).sorted(by: { $0.name < $1.name }) {
             text += "\(type.name){"
             for field in type.fields.sorted(by: { $0.name < $1.name }) {
-                text += "\(field.name):\(field.kind?.rawValue ?? "?")\(field.counter == true ? "+" : ""),"
+                // Optionality and a default's presence too: they decide whether a record that
+                // lacks the field can be read (``SyncEngine/incompatibility(_:in:)``).
+                text += "\(field.name):\(field.kind?.rawValue ?? "?")\(field.counter == true ? "+" : "")\(field.optional ? "?" : "")\(field.defaultValue != nil ? "=" : ""),"
             }
             text += "}"
         }

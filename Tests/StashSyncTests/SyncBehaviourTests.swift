@@ -642,6 +642,20 @@ import StashTestSupport
         #expect(try withDefault.store.verify().isClean)
     }
 
+    /// Two schemas that differ only in whether a field is optional used to have the same
+    /// fingerprint, so the delta skipped the check that parks records lacking a required
+    /// field, and typed reads of them failed.
+    @Test func aFieldOptionalAtTheSourceButRequiredHereIsChecked() throws {
+        let dir = TemporaryDirectory()
+        let source = try Device.open(dir.sub("source"), family: family, types: [MemoWithOptionalNote.self])
+        let receiver = try Device.open(dir.sub("receiver"), family: family, types: [MemoWithRequiredNote.self])
+        try source.store.insert(MemoWithOptionalNote(note: nil))
+        let outcome = try receiver.engine.apply(try source.engine.makeDelta(for: receiver.store.siteID).encoded())
+        guard case .parked(let reason) = outcome else { Issue.record("applied: \(outcome)"); return }
+        #expect(reason.contains("Memo.note"), "\(reason)")
+        #expect(try receiver.store.fetch(FetchDescriptor<MemoWithRequiredNote>()).isEmpty)
+    }
+
     /// A delta that cannot be applied (here a damaged relay file) holds back its own source
     /// only: the other sources' deltas are applied, the report and the status say what was
     /// refused and why. Before, the error ended the fetch, and sources sorted after the bad
@@ -723,6 +737,20 @@ private func clockReadingForTests(year: Int) -> UInt64 {
     calendar.timeZone = TimeZone(identifier: "UTC")!
     let date = calendar.date(from: DateComponents(year: year, month: 1, day: 1))!
     return UInt64(date.timeIntervalSince1970 * 1000) << 16
+}
+
+/// A memo whose note may be missing.
+private struct MemoWithOptionalNote: Record, Equatable {
+    static let recordType = "Memo"
+    var id = RecordID()
+    var note: String?
+}
+
+/// The same type in an app version where the note is required (and has no default).
+private struct MemoWithRequiredNote: Record, Equatable {
+    static let recordType = "Memo"
+    var id = RecordID()
+    var note: String
 }
 
 /// `Note` as an earlier app version declared it, without `pinned` and `tag`.

@@ -20,7 +20,37 @@ struct Member: Record, Equatable {
     static let indexes: [RecordIndex<Member>] = [.unique(\.email)]
 }
 
+/// A unique field added later with a default: records stored before it lack the value.
+struct Page: Record, Equatable {
+    var id = RecordID()
+    var title: String
+    var slug: String
+    static let fieldDefaults: [String: FieldValue] = ["slug": .string("")]
+    static let indexes: [RecordIndex<Page>] = [.unique(\.slug)]
+}
+
 @Suite struct UniqueIndexTests {
+    /// Records stored before a unique field existed lack its value, although they read as its
+    /// default: they clash with none, so the index builds; records that hold a value, the
+    /// default included, still clash with each other.
+    @Test func recordsStoredBeforeAUniqueFieldWithADefaultNeverClash() throws {
+        let dir = TemporaryDirectory()
+        do {
+            let store = try Store.open(at: dir.path, declaration: SchemaDeclaration(types: [
+                TypeDeclaration(name: "Page", fields: [FieldDeclaration(name: "title", kind: .string)])]))
+            for title in ["a", "b"] {
+                try store.write { try $0.put(GenericRecord(type: "Page", id: RecordID(), fields: ["title": .string(title)])) }
+            }
+        }
+        let store = try Store.open(at: dir.path, types: [Page.self])
+        #expect(try store.fetch(FetchDescriptor<Page>()).map(\.slug) == ["", ""])
+        try store.insert(Page(title: "c", slug: ""))
+        #expect((thrownError { try store.insert(Page(title: "d", slug: "")) } as? StoreError)?.code == .uniqueViolation)
+        try store.insert(Page(title: "e", slug: "e"))
+        #expect(try store.count(Page.self) == 4)
+        #expect(try store.verify().isClean)
+    }
+
     /// Like SQL's NULL, a missing value is no value: any number of records may lack it, while
     /// equal values still clash, and `verify` agrees.
     @Test func recordsWithoutTheValueNeverClash() throws {
