@@ -105,6 +105,8 @@ enum MetaKey {
     /// The data file the site id belongs to (inode, birth seconds, birth nanoseconds; 24 bytes
     /// big-endian).
     static let dataFile = Array("dataFile".utf8)
+    /// Set by ``Store/requestNewSite()``: the next open makes a new site, as for a copy.
+    static let newSiteRequested = Array("newSiteRequested".utf8)
     /// The replicas this store was copied from, oldest first (``CopyOrigin``, 24 bytes each).
     static let copiedFrom = Array("copiedFrom".utf8)
     static let nextSequence = Array("nextSequence".utf8)

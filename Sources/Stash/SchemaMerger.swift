@@ -73,13 +73,17 @@ struct SchemaMerger {
             throw StoreError(.corrupted, "store \(path): store or site id missing from meta")
         }
         let stored = try txn.get(dbs.meta, key: MetaKey.dataFile).map(Self.fileIdentity(decoding:))
-        if let stored, !stored.isSameFile(as: dataFile) {
+        let requested = try txn.get(dbs.meta, key: MetaKey.newSiteRequested) != nil
+        if requested { try txn.delete(dbs.meta, key: MetaKey.newSiteRequested) }
+        if requested || stored.map({ !$0.isSameFile(as: dataFile) }) ?? false {
             // Another file than the one the site id was made for: a copy (a restored backup,
             // a copied directory) and so another replica. Writing as the original's site, it
             // would reuse history sequence numbers peers have received from the original
             // (and drop as duplicates) and restart the original's counter totals from stale
             // values. It gets a site of its own; the store id stays. What it holds of the
             // original's history is noted before anything (a migration) writes as the new site.
+            // A copy that kept the file's identity (a file-system snapshot rolled back, a cloned
+            // volume) is found by sync instead, which asks for this (`requested`).
             let through = max(1, try txn.uint64(dbs.meta, key: MetaKey.nextSequence) ?? 1) - 1
             let earlier = try txn.get(dbs.meta, key: MetaKey.copiedFrom) ?? []
             try txn.put(dbs.meta, key: MetaKey.copiedFrom, value: earlier + CopyOrigin(site: site, through: HistoryToken(sequence: through)).encoded())

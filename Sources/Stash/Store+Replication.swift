@@ -185,6 +185,14 @@ extension Store {
         try setMetadata([enabled ? 1 : 0], for: Self.syncPreferenceKey)
     }
 
+    /// Makes the next open give this store a new site id, as an open of a copy of its data
+    /// file does (``copiedFrom`` then names the current site). For a store found to be a copy
+    /// that kept its file's identity (a file-system snapshot rolled back, a cloned volume):
+    /// another replica writes as the same site. This process keeps the current site until then.
+    public func requestNewSite() throws {
+        try write { tx in try tx.context.txn.put(dbs.meta, key: MetaKey.newSiteRequested, value: [1]) }
+    }
+
     /// The wall clock this store uses (``StoreOptions/clock``).
     public var clock: @Sendable () -> Date { now }
 }

@@ -415,7 +415,12 @@ public final class SyncEngine: Sendable {
             let requested = try transport.fullSnapshotRequested(by: self)
             let delta = try makeDelta(for: transport.peer, fullSnapshot: requested)
             if delta.entries.isEmpty && !delta.isFullSnapshot { return (0, false) }
-            try transport.deliver(delta.encoded(key: key), delta: delta, from: self)
+            do {
+                try transport.deliver(delta.encoded(key: key), delta: delta, from: self)
+            } catch let error as SyncError where error.code == .siteReused {
+                try store.requestNewSite()
+                throw error
+            }
             try acknowledge(peer: transport.peer, through: delta.to)
             return (delta.entries.count, delta.isFullSnapshot)
         }

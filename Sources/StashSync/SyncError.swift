@@ -29,6 +29,10 @@ public struct SyncError: Error, CustomStringConvertible, Sendable {
         public static let wrongRecipient = Code("wrongRecipient")
         /// The delta was built against the same store that imports it.
         public static let ownDelta = Code("ownDelta")
+        /// The transport already holds history of this store's site past what the store has:
+        /// the store was rolled back (a file-system snapshot) or cloned with its file identity.
+        /// It takes a new site at its next open (``Stash/Store/requestNewSite()``).
+        public static let siteReused = Code("siteReused")
     }
 
     public let code: Code

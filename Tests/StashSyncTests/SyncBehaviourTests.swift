@@ -656,6 +656,39 @@ import StashTestSupport
         #expect(try receiver.store.fetch(FetchDescriptor<MemoWithRequiredNote>()).isEmpty)
     }
 
+    /// A copy that keeps its file's identity (a rolled-back file-system snapshot, a cloned
+    /// volume) is not found at open; the relay shows it: it holds history of the store's site
+    /// past what the store has. The send is refused and the store takes a new site at its next
+    /// open, after which its changes reach the others.
+    @Test func aRolledBackStoreFoundByTheRelayTakesANewSite() throws {
+        let dir = TemporaryDirectory()
+        let relayURL = dir.url.appendingPathComponent("relay")
+        try FileManager.default.createDirectory(at: relayURL, withIntermediateDirectories: true)
+        let relay = RelayTransport(directory: relayURL)
+        let reader = try Device.open(dir.sub("reader"), family: family)
+        let note = Note(title: "written after the rollback", body: "")
+        let formerSite: RecordID
+        do {
+            let a = try Device.open(dir.sub("a"), family: family)
+            formerSite = a.store.siteID
+            try a.store.insert(Note(title: "first", body: ""))
+            try a.engine.sync(via: relay)
+            // What the longer history of the same site (the replica it was rolled back from) left.
+            let folder = relayURL.appendingPathComponent(formerSite.description)
+            try Data().write(to: folder.appendingPathComponent(String(format: "%020llu-%020llu.delta", UInt64(2), UInt64(40))))
+            try a.store.insert(note)
+            #expect {
+                try a.engine.sendChanges(via: relay)
+            } throws: { ($0 as? SyncError)?.code == .siteReused }
+        }
+        let reopened = try Device.open(dir.sub("a"), family: family)
+        #expect(reopened.store.siteID != formerSite)
+        #expect(reopened.store.copiedFrom.last?.site == formerSite)
+        try reopened.engine.sync(via: relay)
+        try reader.engine.sync(via: relay)
+        #expect(try reader.store.get(Note.self, id: note.id) != nil)
+    }
+
     /// A delta that cannot be applied (here a damaged relay file) holds back its own source
     /// only: the other sources' deltas are applied, the report and the status say what was
     /// refused and why. Before, the error ended the fetch, and sources sorted after the bad
