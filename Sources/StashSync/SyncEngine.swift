@@ -286,11 +286,14 @@ public final class SyncEngine: Sendable {
             var merged = 0
             // Merges are joins per record, so their order does not matter; unique-index
             // clashes are settled when the transaction commits, on the delta's final states.
-            // A state with a version past the clock range (a broken clock, a forged delta) is
-            // left out, the same way on every replica: merging it would leave local writes
-            // unable to make a newer version. The rest of the delta applies.
-            for entry in delta.entries where !localOnly.contains(entry.type) && (entry.latestVersion?.isWithinClockRange ?? true) {
-                if try tx.merge(entry, origin: delta.source) { changed += 1 }
+            for entry in delta.entries where !localOnly.contains(entry.type) {
+                do {
+                    if try tx.merge(entry, origin: delta.source) { changed += 1 }
+                } catch let error as StoreError where error.code == .invalidValue && !(entry.latestVersion?.isWithinClockRange ?? true) {
+                    // A state with a version past the clock range (a broken clock, a forged delta),
+                    // refused before anything was written, is left out the same way on every
+                    // replica; the rest of the delta applies.
+                }
                 merged += 1
                 if merged % 10_000 == 0 { report("import", merged, delta.entries.count) }
             }
