@@ -102,10 +102,15 @@ public struct RelayTransport: SyncTransport {
 
     public func deliver(_ data: Data, delta: Delta, from engine: SyncEngine) throws {
         try checkAvailable()
-        // History only grows: a file of this site past what the store holds was written by the
-        // same site from a longer history, so this store is a rollback or a clone of it.
+        // History only grows: a file of this site past what the store holds now (read after
+        // the file list, so that another process of this store syncing at the same time is
+        // never mistaken) was written by the same site from a longer history: this store is a
+        // rollback or a clone of it.
         if let newest = deltas(of: folder(engine.site)).last, newest.to > delta.to {
-            throw SyncError(.siteReused, "relay \(directory.path) holds history of site \(engine.site) up to \(newest.to), but store \(engine.store.path) has only up to \(delta.to): it was rolled back (a snapshot) or cloned, and another replica writes as the same site. It takes a new site at its next open; reopen it, then sync")
+            let current = try engine.store.read { try $0.historyBounds().current.sequence }
+            if newest.to > current {
+                throw SyncError(.siteReused, "relay \(directory.path) holds history of site \(engine.site) up to \(newest.to), but store \(engine.store.path) has only up to \(current): it was rolled back (a snapshot) or cloned, and another replica writes as the same site. It takes a new site at its next open; reopen it, then sync")
+            }
         }
         if let quotaBytes {
             let used = usedBytes()
