@@ -60,8 +60,9 @@ public struct RecordIndex<R: Record>: @unchecked Sendable {
         Self([a, b, c], unique: false)
     }
     /// A unique index: inserting a second record with the same value throws
-    /// ``StoreError/Code/uniqueViolation``. A record without the value (nil, and no default)
-    /// clashes with none, like SQL's NULL: any number of records may lack it.
+    /// ``StoreError/Code/uniqueViolation``. A record without a value of its own (nil, or the
+    /// field's declared default) clashes with none, like SQL's NULL: any number of records
+    /// may lack it.
     public static func unique<A: IndexableValue>(_ a: KeyPath<R, A>) -> Self { Self([a], unique: true) }
     public static func unique<A: IndexableValue, B: IndexableValue>(_ a: KeyPath<R, A>, _ b: KeyPath<R, B>) -> Self {
         Self([a, b], unique: true)

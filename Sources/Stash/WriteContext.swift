@@ -529,14 +529,8 @@ final class WriteContext: FieldTagResolver {
     /// `new`, or nil.
     private func uniqueHolder(_ index: IndexSchema, _ layout: TypeLayout, _ key: KeyBytes, _ new: EncodedRecord, _ id: RecordID) throws -> RecordID? {
         var conflict: RecordID?
-        // Records that lack the value are indexed under the default and clash with none.
-        let checkLacking = try mayShareKeyWithLackingRecords(index, layout, new)
         try txn.forEachDuplicate(dbs.index, key: key) { value in
             guard let other = RecordID(bytes: value[...]), other != id else { return true }
-            if checkLacking, let otherBytes = try txn.get(dbs.records, key: StoreKeys.record(layout.schema.tag, other)),
-               try lacksUniqueValue(index, layout, try decodeStored(otherBytes, layout.schema.name, other)) {
-                return true
-            }
             if key.isLossy {
                 // A shortened key: compare the real values before calling it a duplicate.
                 let otherKey = StoreKeys.record(layout.schema.tag, other)
@@ -616,23 +610,15 @@ private func fieldValue(_ name: String, tag: UInt16?, _ layout: TypeLayout, _ re
     return layout.defaults[name] ?? .null
 }
 
-/// True when `record` holds no value (absent or null) for a field of unique `index`. Such a
-/// record clashes with no other on that index, like a row with NULL under SQL's UNIQUE: any
-/// number of records may lack the value. A record stored before the field existed lacks it
-/// too, although it reads (and is indexed) as the field's default.
+/// True when `record` has no value of its own for a field of unique `index`: absent, null,
+/// or the field's declared default (what a record stored before the field existed reads as,
+/// and what a typed write of such a record then stores). Such a record clashes with no other
+/// on that index, like a row with NULL under SQL's UNIQUE: any number of records may lack the
+/// value.
 func lacksUniqueValue(_ index: IndexSchema, _ layout: TypeLayout, _ record: EncodedRecord) throws -> Bool {
     try index.fields.contains { name in
         guard let tag = layout.tagsByName[name], let value = try record.value(of: tag) else { return true }
-        return value == .null
-    }
-}
-
-/// True when `record`'s key for `index` can be the key of a record that lacks a value: one
-/// of its values is the field's default, under which such records are indexed.
-private func mayShareKeyWithLackingRecords(_ index: IndexSchema, _ layout: TypeLayout, _ record: EncodedRecord) throws -> Bool {
-    try index.fields.contains { name in
-        guard let defaultValue = layout.defaults[name] else { return false }
-        return try fieldValue(name, layout, record) == defaultValue
+        return value == .null || value == layout.defaults[name]
     }
 }
 
