@@ -193,6 +193,11 @@ extension Store {
         try write { tx in try tx.context.txn.put(dbs.meta, key: MetaKey.newSiteRequested, value: [1]) }
     }
 
+    /// True after ``requestNewSite()``, until the next open takes the new site.
+    public func isNewSiteRequested() throws -> Bool {
+        try read { try $0.reader.txn.get(dbs.meta, key: MetaKey.newSiteRequested) != nil }
+    }
+
     /// The wall clock this store uses (``StoreOptions/clock``).
     public var clock: @Sendable () -> Date { now }
 }

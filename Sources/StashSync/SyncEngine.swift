@@ -415,6 +415,9 @@ public final class SyncEngine: Sendable {
     public func sendChanges(via transport: some SyncTransport) throws -> (entries: Int, fullSnapshot: Bool) {
         try recordingOutcome {
             guard isEnabled else { throw SyncError(.disabled, "sync is off for store \(store.path); changes stay local") }
+            guard try !store.isNewSiteRequested() else {
+                throw SyncError(.siteReused, "store \(store.path) was found to share its site \(site) with another replica; it takes a new site at its next open: reopen it, then sync")
+            }
             let requested = try transport.fullSnapshotRequested(by: self)
             let delta = try makeDelta(for: transport.peer, fullSnapshot: requested)
             if delta.entries.isEmpty && !delta.isFullSnapshot { return (0, false) }

@@ -106,10 +106,16 @@ public struct RelayTransport: SyncTransport {
         // the file list, so that another process of this store syncing at the same time is
         // never mistaken) was written by the same site from a longer history: this store is a
         // rollback or a clone of it.
-        if let newest = deltas(of: folder(engine.site)).last, newest.to > delta.to {
+        // The readers' acknowledgements count too: they stay after the files they acknowledge
+        // are cleaned up.
+        let mine = folder(engine.site)
+        let acks = ((try? FileManager.default.contentsOfDirectory(at: mine.appendingPathComponent("acks"), includingPropertiesForKeys: nil)) ?? [])
+            .compactMap { (try? String(contentsOf: $0, encoding: .utf8)).flatMap { UInt64($0) } }
+        let published = max(deltas(of: mine).map(\.to).max() ?? 0, acks.max() ?? 0)
+        if published > delta.to {
             let current = try engine.store.read { try $0.historyBounds().current.sequence }
-            if newest.to > current {
-                throw SyncError(.siteReused, "relay \(directory.path) holds history of site \(engine.site) up to \(newest.to), but store \(engine.store.path) has only up to \(current): it was rolled back (a snapshot) or cloned, and another replica writes as the same site. It takes a new site at its next open; reopen it, then sync")
+            if published > current {
+                throw SyncError(.siteReused, "relay \(directory.path) holds history of site \(engine.site) up to \(published), but store \(engine.store.path) has only up to \(current): it was rolled back (a snapshot) or cloned, and another replica writes as the same site. It takes a new site at its next open; reopen it, then sync")
             }
         }
         if let quotaBytes {
@@ -201,8 +207,8 @@ public struct RelayTransport: SyncTransport {
 
     /// Deletes this store's delta files that every reader has acknowledged, leaving out
     /// readers of another family and readers silent for longer than `staleReaderAge`; the
-    /// newest file stays when such a silent reader has not acknowledged it, so that it finds
-    /// the gap when it comes back.
+    /// newest file stays when a silent reader was left out, so that it finds the gap when it
+    /// comes back. With no reader of this family counted, nothing is deleted.
     private func cleanUp(for engine: SyncEngine) throws {
         let mine = folder(engine.site)
         let readers = ((try? FileManager.default.contentsOfDirectory(atPath: directory.path)) ?? [])
@@ -210,20 +216,25 @@ public struct RelayTransport: SyncTransport {
         guard !readers.isEmpty else { return }
         let now = engine.store.clock().timeIntervalSince1970
         var acknowledged = UInt64.max
+        var counted = 0
         var staleBehind = false
         for reader in readers {
             let note = readNote(directory.appendingPathComponent(reader).appendingPathComponent("seen"))
             if let family = note?.family, family != engine.family { continue }
-            let ack = mine.appendingPathComponent("acks").appendingPathComponent(reader)
-            let value = (try? String(contentsOf: ack, encoding: .utf8)).flatMap { UInt64($0) } ?? 0
             if now - (note?.time ?? lastChange(of: reader)) > staleReaderAge {
                 staleBehind = true
                 continue
             }
-            acknowledged = min(acknowledged, value)
+            let ack = mine.appendingPathComponent("acks").appendingPathComponent(reader)
+            acknowledged = min(acknowledged, (try? String(contentsOf: ack, encoding: .utf8)).flatMap { UInt64($0) } ?? 0)
+            counted += 1
         }
+        // Only readers of other families: as with no reader at all, keep everything for the
+        // family's readers to come.
+        if counted == 0 && !staleBehind { return }
         let files = deltas(of: mine)
-        for file in files where file.to <= acknowledged && !(staleBehind && file.url == files.last?.url) {
+        let newest = files.max { $0.to < $1.to }?.url
+        for file in files where file.to <= acknowledged && !(staleBehind && file.url == newest) {
             try? FileManager.default.removeItem(at: file.url)
         }
     }

@@ -660,7 +660,8 @@ import StashTestSupport
     /// volume) is not found at open; the relay shows it: it holds history of the store's site
     /// past what the store has. The send is refused and the store takes a new site at its next
     /// open, after which its changes reach the others.
-    @Test func aRolledBackStoreFoundByTheRelayTakesANewSite() throws {
+    @Test(arguments: [false, true])
+    func aRolledBackStoreFoundByTheRelayTakesANewSite(onlyAnAcknowledgementLeft: Bool) throws {
         let dir = TemporaryDirectory()
         let relayURL = dir.url.appendingPathComponent("relay")
         try FileManager.default.createDirectory(at: relayURL, withIntermediateDirectories: true)
@@ -673,10 +674,21 @@ import StashTestSupport
             formerSite = a.store.siteID
             try a.store.insert(Note(title: "first", body: ""))
             try a.engine.sync(via: relay)
-            // What the longer history of the same site (the replica it was rolled back from) left.
+            // What the longer history of the same site (the replica it was rolled back from) left:
+            // a delta file, or, once readers acknowledged it and it was cleaned up, their ack.
             let folder = relayURL.appendingPathComponent(formerSite.description)
-            try Data().write(to: folder.appendingPathComponent(String(format: "%020llu-%020llu.delta", UInt64(2), UInt64(40))))
+            if onlyAnAcknowledgementLeft {
+                try FileManager.default.createDirectory(at: folder.appendingPathComponent("acks"), withIntermediateDirectories: true)
+                try Data("40".utf8).write(to: folder.appendingPathComponent("acks").appendingPathComponent(RecordID().description))
+            } else {
+                try Data().write(to: folder.appendingPathComponent(String(format: "%020llu-%020llu.delta", UInt64(2), UInt64(40))))
+            }
             try a.store.insert(note)
+            #expect {
+                try a.engine.sendChanges(via: relay)
+            } throws: { ($0 as? SyncError)?.code == .siteReused }
+            // Until it is reopened, it sends nothing more as the shared site, whatever it writes.
+            for n in 0..<50 { try a.store.insert(Note(title: "more \(n)", body: "")) }
             #expect {
                 try a.engine.sendChanges(via: relay)
             } throws: { ($0 as? SyncError)?.code == .siteReused }
