@@ -110,7 +110,7 @@ public struct RelayTransport: SyncTransport {
         // are cleaned up.
         let mine = folder(engine.site)
         let acks = ((try? FileManager.default.contentsOfDirectory(at: mine.appendingPathComponent("acks"), includingPropertiesForKeys: nil)) ?? [])
-            .compactMap { (try? String(contentsOf: $0, encoding: .utf8)).flatMap { UInt64($0) } }
+            .compactMap(readAcknowledgement)
         let published = max(deltas(of: mine).map(\.to).max() ?? 0, acks.max() ?? 0)
         if published > delta.to {
             let current = try engine.store.read { try $0.historyBounds().current.sequence }
@@ -226,7 +226,7 @@ public struct RelayTransport: SyncTransport {
                 continue
             }
             let ack = mine.appendingPathComponent("acks").appendingPathComponent(reader)
-            acknowledged = min(acknowledged, (try? String(contentsOf: ack, encoding: .utf8)).flatMap { UInt64($0) } ?? 0)
+            acknowledged = min(acknowledged, readAcknowledgement(ack) ?? 0)
             counted += 1
         }
         // Only readers of other families: as with no reader at all, keep everything for the
@@ -237,6 +237,11 @@ public struct RelayTransport: SyncTransport {
         for file in files where file.to <= acknowledged && !(staleBehind && file.url == newest) {
             try? FileManager.default.removeItem(at: file.url)
         }
+    }
+
+    /// The sequence an acknowledgement file (`DIR/<source>/acks/<reader>`) holds, or nil.
+    private func readAcknowledgement(_ url: URL) -> UInt64? {
+        (try? String(contentsOf: url, encoding: .utf8)).flatMap { UInt64($0) }
     }
 
     /// The last change of `reader`'s folder: when a reader of a library before the `seen`
