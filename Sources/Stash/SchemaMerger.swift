@@ -219,7 +219,16 @@ struct SchemaMerger {
         let name = declaration.name
         let wanted = declaration.indexes.map { (IndexSchema.name(for: $0.fields), $0) }
         let stored = try context.layout(name).schema
-        for index in stored.indexes where !wanted.contains(where: { $0.0 == index.name && $0.1.unique == index.unique }) {
+        // An index the declaration lacks stays (every writer maintains the stored schema's
+        // indexes, declared or not) unless the app asks for its removal: another process, or
+        // an older version of the app, opening with fewer indexes must not remove an index
+        // that the processes declaring it count and query through (their catalogs still list
+        // it, so they would read its missing entries as no records). A declared index whose
+        // uniqueness changed is replaced, since the declaration asks for that change.
+        for index in stored.indexes {
+            let declared = wanted.first { $0.0 == index.name }
+            if let declared, declared.1.unique == index.unique { continue }
+            if declared == nil && !options.dropsUndeclaredIndexes { continue }
             try dropIndex(index, of: stored, context)
         }
         for (indexName, wantedIndex) in wanted where try context.layout(name).schema.index(named: indexName) == nil {

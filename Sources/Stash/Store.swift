@@ -10,6 +10,17 @@ public struct StoreOptions: Sendable {
     public var initialMapSize: Int = 64 << 20
     /// Concurrent readers across processes. Default 126.
     public var maxReaders: Int = 126
+    /// Whether opening removes the stored indexes of a declared type that its declaration no
+    /// longer lists. Default false: an undeclared index stays, and every writer keeps it
+    /// exact, so a process (or an older version of the app) declaring fewer indexes never
+    /// takes one away from the processes that count and query through it.
+    ///
+    /// Set it in the version of the app that stops declaring an index, to reclaim its space
+    /// and its cost on writes. Other processes with the store open keep reading through
+    /// their schema of the time until they reopen (a removed index then looks empty to
+    /// them, counts through it answer 0), so remove indexes only when no other process
+    /// still uses them. Indexes of types the declaration does not list are never removed.
+    public var dropsUndeclaredIndexes = false
     /// Data migrations to run at open, in version order.
     public var migrations: [Migration] = []
     /// Reports long work at open (index backfill, migrations).
@@ -96,8 +107,10 @@ public final class Store: Sendable {
     /// Opens (or creates) the store in directory `path` for the given record types.
     ///
     /// The types' declared fields and indexes are merged into the stored schema: new fields
-    /// and types are added, new indexes are built from existing records (with progress),
-    /// dropped indexes are removed, and `options.migrations` newer than the stored version run.
+    /// and types are added, new indexes are built from existing records (with progress), an
+    /// index whose uniqueness changed is rebuilt, and `options.migrations` newer than the
+    /// stored version run. Stored indexes a declared type no longer lists stay (and stay
+    /// exact) unless `options.dropsUndeclaredIndexes` asks for their removal.
     /// All of it happens in one write transaction: on error nothing changes.
     /// - Throws: ``StoreError`` with `.incompatibleSchema` naming type and field when a field
     ///   changed kind without a migration; `.uniqueViolation` when a new unique index finds

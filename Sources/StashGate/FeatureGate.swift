@@ -91,9 +91,9 @@ public final class FeatureGate: Sendable {
     /// 10,000 homes cost a millisecond, and a store needs the answer as soon as it holds more
     /// items than one home may (two full homes). Records change only in write transactions,
     /// and each one that changes a record commits a new history entry (schema changes at
-    /// open, such as an index rebuild, change no count; but every process that opens the store
-    /// must declare the parent index a limit counts by, since opening with types that lack an
-    /// index drops it, and then no count of it holds, cached or not), so the sequence a read snapshot sees
+    /// open, such as an index rebuild, change no count; a process opening with types that lack
+    /// the parent index keeps it exact, and only `StoreOptions.dropsUndeclaredIndexes` removes
+    /// it, after which no count of it holds until every process reopens), so the sequence a read snapshot sees
     /// names its counts exactly: later snapshots of that state read two metadata values
     /// instead of the totals and the parents. A newer state, or a write transaction (which
     /// also sees its own uncommitted changes), starts from the parents cached for an older

@@ -16,6 +16,8 @@ struct Init: ParsableCommand {
 
     @Argument(help: "The store directory (created if missing).") var directory: String
     @Option(name: .long, help: "The JSON schema file.") var schema: String
+    @Flag(name: .long, help: "Remove the stored indexes of listed types that the file no longer lists (default: they stay).")
+    var dropUndeclaredIndexes = false
 
     func run() throws {
         try runCommand {
@@ -27,6 +29,7 @@ struct Init: ParsableCommand {
             catch { throw CommandFailure(message: "schema file \(schema) is not valid: \(error)") }
             var options = StoreOptions()
             options.progress = progressReporter()
+            options.dropsUndeclaredIndexes = dropUndeclaredIndexes
             let store = try Store.open(at: directory, declaration: declaration, options: options)
             let names = store.schema.types.map(\.name).joined(separator: ", ")
             printLine("store \(store.path): \(store.schema.types.count) type(s): \(names)")

@@ -21,6 +21,24 @@ import Testing
         return (f, homes, items)
     }
 
+    /// Another process (an older version of the app) opens the store with an `Item` that
+    /// declares no index on `homeID`, and fills a home past its limit. Before, that open
+    /// removed the parent index the gate counts through: the gate then saw every home empty
+    /// and allowed what the limit forbids.
+    @Test func anOpenWithoutTheParentIndexKeepsTheLimitsCounted() throws {
+        let (f, homes, _) = try fixture()
+        #expect(f.gate.check(.create(Item.self, in: homes[0])).denial == .itemLimitReached)
+        let older = try Store.open(at: f.store.path, types: [Home.self, UnindexedItem.self])
+        #expect(f.gate.check(.create(Item.self, in: homes[0])).denial == .itemLimitReached)
+        try older.insert(UnindexedItem(homeID: homes[1], name: "from the older app"))
+        #expect(f.gate.check(.create(Item.self, in: homes[1])).denial == .overLimit)
+        #expect(try f.store.count(f.store.index(\Item.homeID), equals: homes[1]) == 11)
+        try older.delete(UnindexedItem.self, id: try older.fetch(FetchDescriptor<UnindexedItem>()).first { $0.name == "from the older app" }!.id)
+        #expect(f.gate.check(.create(Home.self)).isAllowed)
+        #expect(f.gate.check(.create(Item.self, in: homes[1])).denial == .itemLimitReached)
+        #expect(f.gate.check(.create(Item.self, in: RecordID())).isAllowed)
+    }
+
     @Test func aCommitThatGrowsOneGroupIsSeenByTheNextCheck() throws {
         let (f, homes, items) = try fixture()
         #expect(f.gate.check(.create(Home.self)).isAllowed)
@@ -280,4 +298,12 @@ import Testing
         #expect(f.gate.check(.create(Home.self)).isAllowed)
         #expect(f.gate.parentWalks.load(ordering: .relaxed) == 2)
     }
+}
+
+/// `Item` as an older version of the app declares it: without the index on `homeID`.
+private struct UnindexedItem: Record, Equatable {
+    static let recordType = "Item"
+    var id = RecordID()
+    var homeID: RecordID
+    var name: String
 }

@@ -50,3 +50,54 @@ import StashTestSupport
         #expect(cliVerify.status == 0, "\(cliVerify.stdout)")
     }
 }
+
+/// The command-line schema's `Item` as an app declares it.
+struct CLIItem: Record, Equatable {
+    static var recordType: String { "Item" }
+    var id = RecordID()
+    var homeID: RecordID
+    var name: String
+    var wearCount: Int
+    var note: String?
+    static let indexes: [RecordIndex<CLIItem>] = [.index(\.homeID), .unique(\.name)]
+}
+
+extension MultiProcessTests {
+    /// Another process (an older version of the app, a tool) opens the store with a schema
+    /// that lacks an index this process counts and queries through. Before, that open removed
+    /// the index: this process, whose schema still listed it, then counted no items at all
+    /// and its index queries found nothing, without any error.
+    @Test func anotherProcessDeclaringFewerIndexesDoesNotTakeOneAway() throws {
+        let dir = TemporaryDirectory()
+        let path = try StashCLI.makeStore(in: dir)
+        let app = try Store.open(at: path, types: [CLIItem.self])
+        let home = RecordID()
+        for n in 0..<20 { try app.insert(CLIItem(homeID: home, name: "item \(n)", wearCount: n)) }
+        let byHome = try app.index(\CLIItem.homeID)
+        #expect(try app.count(byHome, equals: home) == 20)
+
+        let older = StashCLI.schema.replacingOccurrences(of: #"{"fields": ["homeID"]}, "#, with: "")
+        #expect(older != StashCLI.schema)
+        let olderPath = dir.sub("older-schema.json")
+        try older.write(toFile: olderPath, atomically: true, encoding: .utf8)
+        let reinit = try StashCLI.run("init", path, "--schema", olderPath)
+        #expect(reinit.status == 0, "\(reinit.stderr)")
+        // That process writes into the home too.
+        for n in 20..<25 {
+            let put = try StashCLI.run("put", path, "Item", #"{"homeID": "\#(home)", "name": "item \#(n)", "wearCount": \#(n)}"#)
+            #expect(put.status == 0, "\(put.stderr)")
+        }
+        #expect(try app.count(byHome, equals: home) == 25)
+        #expect(try app.count(CLIItem.self, where: \.homeID, equals: home) == 25)
+        #expect(try app.fetch(FetchDescriptor<CLIItem>(predicate: #Predicate { $0.homeID == home })).count == 25)
+        #expect(try app.verify().isClean)
+
+        // Removing it is asked for explicitly; the app's next open builds it again.
+        let removal = try StashCLI.run("init", path, "--schema", olderPath, "--drop-undeclared-indexes")
+        #expect(removal.status == 0, "\(removal.stderr)")
+        #expect(try Store.open(at: path).schema.type(named: "Item")?.indexes.map(\.fields) == [["name"]])
+        let reopened = try Store.open(at: path, types: [CLIItem.self])
+        #expect(try reopened.count(reopened.index(\CLIItem.homeID), equals: home) == 25)
+        #expect(try reopened.verify().isClean)
+    }
+}
