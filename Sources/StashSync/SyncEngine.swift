@@ -154,7 +154,10 @@ public final class SyncEngine: Sendable {
             family = have
         }
         try Self.adoptSite(of: store)
-        if isEnabled { _ = try? retryParked() }
+        guard isEnabled else { return }
+        // A parked delta that still fails must not keep the store from syncing the rest: the
+        // error is kept as the last error (``status(peer:)``); ``retryParked()`` throws it.
+        do { try retryParked() } catch { try? store.setMetadata(Array("\(error)".utf8), for: Self.lastErrorKey) }
     }
 
     static let siteKey = "sync.site"

@@ -39,6 +39,10 @@ public struct IncomingDelta: Sendable {
 
 /// Store to store on one machine: delivering imports straight into the other store;
 /// fetching asks the other store for a delta and acknowledges it once applied.
+///
+/// A store that finds a gap (the other store's changes it lacks, e.g. after a delivery was
+/// acknowledged but lost) notes in its own metadata that it wants a full snapshot of that
+/// source; the next exchange between the two sends one, whichever side starts it.
 public struct DirectTransport: SyncTransport {
     public let other: SyncEngine
     public init(to other: SyncEngine) { self.other = other }
@@ -47,26 +51,51 @@ public struct DirectTransport: SyncTransport {
 
     /// Applies the delta in the other store. A parked outcome counts as delivered: the other
     /// store keeps the delta and applies it once its schema catches up.
+    /// - Throws: `.gap` when the other store lacks changes before the delta; the next delivery
+    ///   is then a full snapshot.
     public func deliver(_ data: Data, delta: Delta, from engine: SyncEngine) throws {
-        _ = try other.apply(data, name: "delta from \(engine.site)")
+        do {
+            _ = try other.apply(data, name: "delta from \(engine.site)")
+        } catch let error as SyncError where error.code == .gap {
+            try requestFullSnapshot(from: engine.site, for: other)
+            throw error
+        }
+        if delta.isFullSnapshot { try Self.clearRequest(from: engine.site, in: other) }
     }
 
     public func incoming(for engine: SyncEngine) throws -> [IncomingDelta] {
         guard other.isEnabled else {
             throw SyncError(.disabled, "sync is off for the peer store \(other.store.path)")
         }
-        let requested = try fullSnapshotRequested(by: other)
+        let requested = try Self.isRequested(from: other.site, in: engine)
         let delta = try other.makeDelta(for: engine.site, fullSnapshot: requested)
         if delta.entries.isEmpty && !delta.isFullSnapshot { return [] }
         let other = self.other
-        let site = engine.site
         return [IncomingDelta(name: "delta from \(other.site)", source: other.site, data: delta.encoded(key: other.key)) { _ in
-            try other.acknowledge(peer: site, through: delta.to)
+            try other.acknowledge(peer: engine.site, through: delta.to)
+            if delta.isFullSnapshot { try Self.clearRequest(from: other.site, in: engine) }
         }]
     }
 
-    public func fullSnapshotRequested(by engine: SyncEngine) throws -> Bool { false }
-    public func requestFullSnapshot(from source: RecordID, for engine: SyncEngine) throws {}
+    /// Whether `engine`'s changes should reach the other store as a full snapshot.
+    public func fullSnapshotRequested(by engine: SyncEngine) throws -> Bool {
+        try Self.isRequested(from: engine.site, in: other)
+    }
+
+    /// Notes in `engine`'s store that it wants a full snapshot of `source`.
+    public func requestFullSnapshot(from source: RecordID, for engine: SyncEngine) throws {
+        try engine.store.setMetadata([1], for: Self.requestKey(source))
+    }
+
+    private static func requestKey(_ source: RecordID) -> String { "sync.direct.fullSnapshotWanted.\(source)" }
+
+    private static func isRequested(from source: RecordID, in engine: SyncEngine) throws -> Bool {
+        try engine.store.metadata(for: requestKey(source)) != nil
+    }
+
+    private static func clearRequest(from source: RecordID, in engine: SyncEngine) throws {
+        if try isRequested(from: source, in: engine) { try engine.store.setMetadata(nil, for: requestKey(source)) }
+    }
 }
 
 /// A shared directory standing for a cloud container. Each store writes its deltas into
