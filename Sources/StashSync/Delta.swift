@@ -153,7 +153,9 @@ extension Delta {
     /// Reads and checks a whole delta: magic, format, checksum, authentication (required
     /// when `key` is given, refused when the delta has an HMAC and no key is configured),
     /// and every entry. Nothing is trusted before the checksum matches.
-    /// - Throws: ``SyncError`` (`.corruptDelta`, `.unsupportedVersion`, `.unauthenticated`).
+    /// - Throws: ``SyncError``: `.corruptDelta` (not a delta, or damaged: the checksum does not
+    ///   match), `.unsupportedVersion`, `.unauthenticated`, `.unreadableDelta` (intact, but
+    ///   holding what this library cannot read).
     public init(decoding data: Data, key: SyncKey?, name: String = "delta") throws {
         let bytes = [UInt8](data)
         func corrupt(_ why: String) -> SyncError { SyncError(.corruptDelta, "\(name) is not a valid delta: \(why)") }
@@ -194,7 +196,7 @@ extension Delta {
         var strings: [String] = []
         for _ in 0..<(try r.count()) {
             let n = try r.count()
-            guard let s = String(validating: try r.take(n), as: UTF8.self) else { throw corrupt("invalid UTF-8") }
+            guard let s = String(validating: try r.take(n), as: UTF8.self) else { throw r.unreadable("invalid UTF-8") }
             strings.append(s)
         }
         var sites: [RecordID] = []
@@ -202,13 +204,13 @@ extension Delta {
         // Table indexes are bounded by their tables, not by the bytes left.
         func string() throws -> String {
             let i = try r.varint()
-            guard i < UInt64(strings.count) else { throw corrupt("string index out of range") }
+            guard i < UInt64(strings.count) else { throw r.unreadable("string index out of range") }
             return strings[Int(i)]
         }
         func version() throws -> Version {
             let clock = try r.varint()
             let i = try r.varint()
-            guard i < UInt64(sites.count) else { throw corrupt("site index out of range") }
+            guard i < UInt64(sites.count) else { throw r.unreadable("site index out of range") }
             return Version(clock: clock, site: sites[Int(i)])
         }
         var entries: [RecordState] = []
@@ -242,7 +244,7 @@ extension Delta {
         } else {
             counterFields = nil
         }
-        guard r.offset == end else { throw corrupt("\(end - r.offset) unexpected bytes after the entries") }
+        guard r.offset == end else { throw r.unreadable("\(end - r.offset) unexpected bytes after the entries") }
         self.entries = entries
     }
 }
@@ -270,15 +272,19 @@ struct DeltaByteReader {
     let end: Int
     let name: String
 
-    func corrupt(_ why: String) -> SyncError { SyncError(.corruptDelta, "\(name) is not a valid delta: \(why) at byte \(offset)") }
+    /// What the reader finds wrong: the bytes passed the checksum (and the HMAC), so they are
+    /// what the source wrote, and a new copy of them would not read any better.
+    func unreadable(_ why: String) -> SyncError {
+        SyncError(.unreadableDelta, "\(name) is intact (its checksum matches) but this library cannot read it: \(why) at byte \(offset); a newer Stash, or a faulty one, wrote it: upgrade Stash here")
+    }
 
     mutating func byte() throws -> UInt8 {
-        guard offset < end else { throw corrupt("truncated") }
+        guard offset < end else { throw unreadable("truncated") }
         defer { offset += 1 }
         return bytes[offset]
     }
     mutating func take(_ n: Int) throws -> [UInt8] {
-        guard n >= 0, n <= end - offset else { throw corrupt("truncated") }
+        guard n >= 0, n <= end - offset else { throw unreadable("truncated") }
         defer { offset += n }
         return Array(bytes[offset..<offset + n])
     }
@@ -289,13 +295,13 @@ struct DeltaByteReader {
             result |= UInt64(b & 0x7F) << shift
             if b < 0x80 { return result }
             shift += 7
-            if shift > 63 { throw corrupt("varint too long") }
+            if shift > 63 { throw unreadable("varint too long") }
         }
     }
     /// A count or index, bounded by the bytes left (each item takes at least one byte).
     mutating func count() throws -> Int {
         let n = try varint()
-        guard n <= UInt64(end - offset) + 1 else { throw corrupt("count \(n) larger than the delta") }
+        guard n <= UInt64(end - offset) + 1 else { throw unreadable("count \(n) larger than the delta") }
         return Int(n)
     }
     mutating func fixed() throws -> UInt64 {
@@ -303,7 +309,7 @@ struct DeltaByteReader {
         return raw.enumerated().reduce(UInt64(0)) { $0 | UInt64($1.element) << UInt64($1.offset * 8) }
     }
     mutating func id() throws -> RecordID {
-        guard let id = RecordID(bytes: try take(16)[...]) else { throw corrupt("bad id") }
+        guard let id = RecordID(bytes: try take(16)[...]) else { throw unreadable("bad id") }
         return id
     }
     mutating func value() throws -> FieldValue {
@@ -314,7 +320,7 @@ struct DeltaByteReader {
         } catch let error as SyncError {
             throw error
         } catch {
-            throw corrupt("bad field value (\(error))")
+            throw unreadable("bad field value (\(error))")
         }
     }
 }

@@ -453,6 +453,8 @@ public final class SyncEngine: Sendable {
                     continue
                 } catch let error as SyncError where error.code != .disabled && error.code != .transportFailed {
                     // A damaged delta is superseded by a full snapshot of its source, once asked.
+                    // An intact one this library cannot read (`.unreadableDelta`) asks for none:
+                    // the snapshot would hold the same, and its source would send one per sync.
                     if error.code == .corruptDelta { try transport.requestFullSnapshot(from: incoming.source, for: self) }
                     report.refused.append("\(incoming.name): \(error)")
                     blocked.insert(incoming.source)

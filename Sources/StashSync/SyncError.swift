@@ -9,10 +9,15 @@ public struct SyncError: Error, CustomStringConvertible, Sendable {
         private init(_ name: String) { self.name = name }
         public var description: String { name }
 
-        /// Not a delta, or truncated, or its checksum does not match (corruption).
+        /// Not a delta, or truncated, or its checksum does not match (damaged in storage or on
+        /// the way): a full snapshot from its source supersedes it.
         public static let corruptDelta = Code("corruptDelta")
         /// A delta format newer than this library.
         public static let unsupportedVersion = Code("unsupportedVersion")
+        /// An intact delta (its checksum matches) holding what this library cannot read: a
+        /// newer library, or a faulty one, wrote it. Another copy, or a full snapshot from the
+        /// same source, would read no better: upgrade Stash.
+        public static let unreadableDelta = Code("unreadableDelta")
         /// The delta belongs to another store family (account / container).
         public static let foreignFamily = Code("foreignFamily")
         /// The delta is not authenticated with this store's sync key (or has a wrong HMAC).

@@ -1,3 +1,4 @@
+import Crypto
 import Foundation
 import Stash
 import StashSync
@@ -734,6 +735,36 @@ import StashTestSupport
         #expect(again.refused.isEmpty, "\(again)")
         #expect(try devices[2].store.get(Note.self, id: notes[0].id) != nil)
         #expect(try devices[2].engine.status().lastError == nil)
+    }
+
+    /// A relay file whose checksum matches but whose content this library cannot read (what
+    /// a newer library writes, here a string table that claims more strings than it holds) is
+    /// refused without asking its source for a full snapshot: the snapshot would hold the same,
+    /// and before, its source sent one at every sync, each refused in turn.
+    @Test func anIntactDeltaThisLibraryCannotReadAsksForNoSnapshot() throws {
+        let dir = TemporaryDirectory()
+        let relayURL = dir.url.appendingPathComponent("relay")
+        try FileManager.default.createDirectory(at: relayURL, withIntermediateDirectories: true)
+        let relay = RelayTransport(directory: relayURL)
+        let a = try Device.open(dir.sub("a"), family: family)
+        let b = try Device.open(dir.sub("b"), family: family)
+        try a.store.insert(Note(title: "from a", body: ""))
+        try a.engine.sendChanges(via: relay)
+        let folder = relayURL.appendingPathComponent(a.store.siteID.description)
+        let file = try #require(try FileManager.default.contentsOfDirectory(atPath: folder.path).first { $0.hasSuffix(".delta") })
+        var bytes = [UInt8](try Data(contentsOf: folder.appendingPathComponent(file)))
+        #expect(bytes[5] & 5 == 0, "no HMAC, no recipient: the string table starts right after the header")
+        // The header: magic 4, format 1, flags 1, source 16, family 16, schema 32, from, to and
+        // created 8 each; the string count follows.
+        bytes[4 + 1 + 1 + 16 + 16 + 32 + 8 + 8 + 8] = 0x7F
+        bytes.replaceSubrange((bytes.count - 32)..., with: Array(SHA256.hash(data: bytes[..<(bytes.count - 32)])))
+        try Data(bytes).write(to: folder.appendingPathComponent(file))
+
+        let report = try b.engine.fetchChanges(via: relay)
+        #expect(report.refused.count == 1 && report.refused[0].contains("upgrade Stash"), "\(report)")
+        #expect { _ = try Delta(decoding: Data(bytes), key: nil) } throws: { ($0 as? SyncError)?.code == .unreadableDelta }
+        #expect(try !a.engine.sync(via: relay).sentFullSnapshot, "no full snapshot was asked for")
+        #expect(try b.engine.fetchChanges(via: relay).refused.count == 1, "still refused, and still only that file")
     }
 
     /// A parked delta that fails when retried holds back its own source only: the parked
