@@ -107,8 +107,21 @@ func describeFieldName(_ keyPath: AnyKeyPath) -> String {
 extension Record {
     /// The declaration the store merges into its schema at open: indexes and flags from the
     /// type, fields probed from its `Decodable` conformance where possible.
-    static var declaration: TypeDeclaration {
-        TypeDeclaration(name: recordType, fields: FieldProbe.fields(of: Self.self) ?? [],
-                        indexes: indexes.map(\.declaration), localOnly: isLocalOnly, defaults: fieldDefaults)
+    /// - Throws: `.incompatibleSchema` when an index names a key path whose property is not a
+    ///   stored field of that name: a property stored under another coding key, a computed
+    ///   property, or a nested path. Every record would be indexed as lacking it, and counts
+    ///   and queries through the index would find none. (A type that cannot be probed is
+    ///   checked for nested paths only.)
+    static func declaration(in store: String) throws -> TypeDeclaration {
+        let fields = FieldProbe.fields(of: Self.self)
+        for index in indexes {
+            for (keyPath, field) in zip(index.keyPaths, index.fields)
+            where field.contains(".") || fields.map({ !$0.contains { $0.name == field } }) ?? false {
+                let stored = (fields ?? []).map(\.name).sorted().joined(separator: ", ")
+                throw StoreError(.incompatibleSchema, "store \(store): \(recordType) declares an index on \(keyPath), but \(recordType) stores no field '\(field)' (its stored fields: \(stored)); index stored properties whose coding key is their own name, not computed properties, nested paths or renamed coding keys")
+            }
+        }
+        return TypeDeclaration(name: recordType, fields: fields ?? [], indexes: indexes.map(\.declaration),
+                               localOnly: isLocalOnly, defaults: fieldDefaults)
     }
 }

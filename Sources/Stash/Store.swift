@@ -113,10 +113,12 @@ public final class Store: Sendable {
     /// exact) unless `options.dropsUndeclaredIndexes` asks for their removal.
     /// All of it happens in one write transaction: on error nothing changes.
     /// - Throws: ``StoreError`` with `.incompatibleSchema` naming type and field when a field
-    ///   changed kind without a migration; `.uniqueViolation` when a new unique index finds
-    ///   duplicates; `.notAStore`; `.storage` for LMDB errors (permissions, disk).
+    ///   changed kind without a migration, or when an index names a key path that is not a
+    ///   stored field (a computed property, a nested path, a renamed coding key);
+    ///   `.uniqueViolation` when a new unique index finds duplicates; `.notAStore`; `.storage`
+    ///   for LMDB errors (permissions, disk).
     public static func open(at path: String, types: [any Record.Type] = [], options: StoreOptions = StoreOptions()) throws -> Store {
-        try open(at: path, declaration: SchemaDeclaration(types: types.map { $0.declaration }), options: options)
+        try open(at: path, declaration: SchemaDeclaration(types: types.map { try $0.declaration(in: path) }), options: options)
     }
 
     /// Opens (or creates) the store in `path` with a schema declared as data (the command
