@@ -179,11 +179,18 @@ extension StoreReading {
     /// The records matching `descriptor`, sorted and limited as it says. Records that sort
     /// equal come in id order. Without sort descriptors the order is the plan's (index or id
     /// order), so combine `fetchLimit` with a sort when the subset matters.
+    /// - Throws: `.invalidValue` for a negative `fetchLimit` or `fetchOffset`.
     public func fetch<R: Record>(_ descriptor: FetchDescriptor<R>) throws -> [R] {
+        for (name, value) in [("fetchLimit", descriptor.fetchLimit), ("fetchOffset", descriptor.fetchOffset)] {
+            if let value, value < 0 {
+                throw StoreError(.invalidValue, "store \(reader.path): \(name) of a fetch of \(R.recordType) is \(value); it counts records, so give 0 or more (nil: no \(name == "fetchLimit" ? "limit" : "offset"))")
+            }
+        }
         let (plan, layout) = try reader.plan(descriptor)
         var results: [R] = []
         let offset = descriptor.fetchOffset ?? 0
-        let early = descriptor.sortBy.isEmpty ? descriptor.fetchLimit.map { $0 + offset } : nil
+        // Saturating: `Int.max` as a limit means no limit, whatever the offset.
+        let early = descriptor.sortBy.isEmpty ? descriptor.fetchLimit.map { $0 > Int.max - offset ? Int.max : $0 + offset } : nil
         try reader.matches(descriptor, plan, layout) { record in
             results.append(record)
             return early.map { results.count < $0 } ?? true
@@ -201,7 +208,7 @@ extension StoreReading {
             }
         }
         let start = min(offset, results.count)
-        let end = descriptor.fetchLimit.map { min(results.count, start + $0) } ?? results.count
+        let end = descriptor.fetchLimit.map { min(results.count - start, $0) + start } ?? results.count
         return Array(results[start..<end])
     }
 

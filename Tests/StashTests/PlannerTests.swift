@@ -524,6 +524,27 @@ import StashTestSupport
         #expect(generic == 0)
     }
 
+    /// `Int.max` as a limit (no limit) with an offset overflowed and trapped; a negative limit
+    /// or offset trapped on the slice. Now the first means no limit and the others are refused.
+    @Test func extremeLimitsAndOffsets() throws {
+        let dir = TemporaryDirectory()
+        let store = try Store.open(at: dir.path, types: [Reading.self])
+        try store.write { tx in for n in 0..<5 { try tx.insert(Reading(sensor: "s", at: n, value: Double(n), flag: false)) } }
+        for sorted in [false, true] {
+            var descriptor = FetchDescriptor<Reading>(sortBy: sorted ? [SortDescriptor(\.at)] : [])
+            descriptor.fetchLimit = .max
+            descriptor.fetchOffset = 2
+            #expect(try store.fetch(descriptor).count == 3)
+            descriptor.fetchOffset = .max
+            #expect(try store.fetch(descriptor).isEmpty)
+            for (limit, offset) in [(-1, 0), (1, -1)] {
+                descriptor.fetchLimit = limit
+                descriptor.fetchOffset = offset
+                #expect { _ = try store.fetch(descriptor) } throws: { ($0 as? StoreError)?.code == .invalidValue }
+            }
+        }
+    }
+
     /// The O(1) count path is used only when it is exact.
     @Test func exactIndexCountsAndExplainText() throws {
         let dir = TemporaryDirectory()
