@@ -193,7 +193,7 @@ struct SchemaMerger {
             }
             for (fieldName, value) in declaration.defaults {
                 if let f = schema.types[t].fields.firstIndex(where: { $0.name == fieldName }) {
-                    schema.types[t].fields[f].defaultValue = value
+                    schema.types[t].fields[f].defaultValue = try storedDefault(value, of: "\(name).\(fieldName)", kind: schema.types[t].fields[f].kind)
                 } else {
                     let tag = schema.types[t].nextFieldTag
                     schema.types[t].fields.append(FieldSchema(name: fieldName, tag: tag, kind: value.kind, optional: true, defaultValue: value))
@@ -203,16 +203,26 @@ struct SchemaMerger {
         try mergeIndexes(declaration, into: context)
         // Stored records that lack a field are indexed under its default: an index on a field
         // whose default changed is rebuilt (indexes added just now were built with the new one).
-        let changedDefaults = Set(declaration.defaults.compactMap { fieldName, value in
-            before.field(named: fieldName).flatMap { $0.defaultValue == value ? nil : fieldName }
+        let after = try context.layout(name).schema
+        let changedDefaults = Set(declaration.defaults.keys.filter { fieldName in
+            before.field(named: fieldName).map { $0.defaultValue != after.field(named: fieldName)?.defaultValue } ?? false
         })
         guard !changedDefaults.isEmpty else { return }
-        let after = try context.layout(name).schema
         for index in after.indexes where before.indexes.contains(where: { $0.tag == index.tag })
             && index.fields.contains(where: changedDefaults.contains) {
             try removeEntries(of: index, of: after)
             try backfill(index, of: name, context)
         }
+    }
+
+    /// A declared default in the stored kind of its field, which is how records lacking the
+    /// field are read and indexed: an int default of a double field becomes that double.
+    /// - Throws: `.incompatibleSchema` for any other default whose kind differs from the
+    ///   field's (its index keys would sort apart from the field's values).
+    private func storedDefault(_ value: FieldValue, of field: String, kind: FieldKind?) throws -> FieldValue {
+        guard let kind, let given = value.kind, given != kind else { return value }
+        if kind == .double, case .int(let integer) = value { return .double(Double(integer)) }
+        throw StoreError(.incompatibleSchema, "store \(path): the declared default of \(field) is \(given.rawValue) \(value), but the field is \(kind.rawValue); give a \(kind.rawValue) value in fieldDefaults")
     }
 
     private func mergeIndexes(_ declaration: TypeDeclaration, into context: WriteContext) throws {

@@ -171,6 +171,25 @@ final class ProgressLog: Sendable {
         return garments
     }
 
+    /// A default given as an int for a double field was stored as an int: the records lacking
+    /// the field read 1.0 but were indexed as the int 1, which sorts among the smallest doubles,
+    /// so index ranges and equality missed them. It is now stored as the double; a default of
+    /// a kind that cannot stand for the field's is refused.
+    @Test func aDefaultIsStoredInItsFieldsKind() throws {
+        let dir = TemporaryDirectory()
+        let old = try Self.seed(dir.path, 10)
+        let store = try Store.open(at: dir.path, types: [GarmentPriced.self])
+        #expect(store.schema.type(named: "Garment")?.field(named: "price")?.defaultValue == .double(1))
+        try store.insert(GarmentPriced(name: "cheap", size: 0, price: 0.25))
+        #expect(try store.fetchCount(FetchDescriptor<GarmentPriced>(predicate: #Predicate { $0.price == 1.0 })) == old.count)
+        #expect(try store.fetch(FetchDescriptor<GarmentPriced>(predicate: #Predicate { $0.price > 0.5 })).count == old.count)
+        #expect(try store.explain(FetchDescriptor<GarmentPriced>(predicate: #Predicate { $0.price > 0.5 })).usesIndex)
+        #expect(try store.verify().isClean)
+        let error = thrownError { _ = try Store.open(at: dir.path, types: [GarmentDated.self]) } as? StoreError
+        #expect(error?.code == .incompatibleSchema)
+        #expect(error?.message.contains("Garment.wornAt") == true, "\(String(describing: error))")
+    }
+
     @Test func gainedOptionalFieldReadsNil() throws {
         let dir = TemporaryDirectory()
         let old = try Self.seed(dir.path, 10)
@@ -376,4 +395,25 @@ final class ProgressLog: Sendable {
         #expect(store.schema.version == 0)
         for p in photos { #expect(try store.get(PhotoV1.self, id: p.id) == p) }
     }
+}
+
+/// Gained an indexed price whose default is written as an int.
+struct GarmentPriced: Record, Equatable {
+    static var recordType: String { "Garment" }
+    var id = RecordID()
+    var name: String
+    var size: Int
+    var price: Double
+    static var fieldDefaults: [String: FieldValue] { ["price": .int(1)] }
+    static let indexes: [RecordIndex<GarmentPriced>] = [.index(\.price)]
+}
+
+/// Gained a date whose default is a number of seconds: not a date.
+struct GarmentDated: Record, Equatable {
+    static var recordType: String { "Garment" }
+    var id = RecordID()
+    var name: String
+    var size: Int
+    var wornAt: Date
+    static var fieldDefaults: [String: FieldValue] { ["wornAt": .int(0)] }
 }
