@@ -155,7 +155,8 @@ extension Store {
     func historyBounds<T: TransactionReading>(_ txn: T) throws -> (current: HistoryToken, purgedThrough: HistoryToken) {
         let next = try txn.uint64(dbs.meta, key: MetaKey.nextSequence) ?? 1
         let purged = try txn.uint64(dbs.meta, key: MetaKey.purgedThrough) ?? 0
-        return (HistoryToken(sequence: next - 1), HistoryToken(sequence: purged))
+        // 0 is never stored (sequences start at 1): damage, which `verify` reports.
+        return (HistoryToken(sequence: max(next, 1) - 1), HistoryToken(sequence: purged))
     }
 
     /// ``historyBounds(_:)`` of a read snapshot of committed state `snapshot`
@@ -257,6 +258,11 @@ extension StoreTransaction {
     public func registerHistoryConsumer(_ name: String, at token: HistoryToken) throws {
         guard !name.isEmpty, name.utf8.count <= 200 else {
             throw StoreError(.invalidValue, "store \(reader.path): a history consumer name must be 1...200 bytes")
+        }
+        // A consumer past the newest entry would let purge take entries it has not read.
+        let current = try historyBounds().current
+        if token > current {
+            throw StoreError(.historyAhead, "store \(reader.path): history consumer '\(name)' cannot have read up to \(token): the newest entry is \(current)")
         }
         try context.txn.put(reader.dbs.meta, key: MetaKey.consumer(name), uint64: token.sequence)
     }

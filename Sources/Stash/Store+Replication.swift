@@ -96,12 +96,19 @@ extension StoreReading {
 
     /// Entries after `token` in commit order (only changes of `types` when given), and the
     /// newest sequence looked at, past entries the filter left out.
-    /// - Throws: `.historyPurged` when entries after `token` were purged.
+    /// - Throws: `.historyPurged` when entries after `token` were purged; `.historyAhead` when
+    ///   `token` is past the newest entry.
     func historyPage(after token: HistoryToken, types: Set<String>?, limit: Int?) throws -> (entries: [HistoryEntry], scannedThrough: HistoryToken) {
         let bounds = try historyBounds()
         if token < bounds.purgedThrough {
             throw StoreError(.historyPurged, "store \(reader.path): history after \(token) is gone (purged through \(bounds.purgedThrough)); resynchronize from a full copy, then follow from \(bounds.current)")
         }
+        // A token from the future of this store: its entries after the newest one here would
+        // be new transactions under sequence numbers the token claims were read.
+        if token > bounds.current {
+            throw StoreError(.historyAhead, "store \(reader.path): history token \(token) is past the newest entry \(bounds.current): it belongs to another store, or to this one before it was restored from an older copy; resynchronize from the store as it is, then follow from \(bounds.current)")
+        }
+        if limit.map({ $0 <= 0 }) ?? false { return ([], token) }
         let catalog = try reader.store.reloadCatalog(reader.txn)
         var entries: [HistoryEntry] = []
         var scanned = token

@@ -39,6 +39,9 @@ public struct StoreError: Error, CustomStringConvertible, Sendable {
         public static let historyNeeded = Code("historyNeeded")
         /// History after the requested token was purged: the reader must resynchronize.
         public static let historyPurged = Code("historyPurged")
+        /// A history token past the store's newest entry: it belongs to another store, or to
+        /// this store before it was restored from an older copy.
+        public static let historyAhead = Code("historyAhead")
         /// LMDB failed; ``StoreError/underlying`` holds the ``LMDBError``.
         public static let storage = Code("storage")
     }

@@ -106,14 +106,27 @@ extension Store {
             // the data: replaying which records were last written or deleted must match what is
             // stored, and with no purge yet, every stored record must appear in history.
             let (current, purgedThrough) = try historyBounds(txn)
+            if try txn.uint64(dbs.meta, key: MetaKey.nextSequence) == 0 {
+                report.problems.append("the next history sequence number in meta is 0 (sequences start at 1)")
+            }
+            if purgedThrough > current {
+                report.problems.append("history is purged through \(purgedThrough.sequence), past its newest entry \(current.sequence)")
+            }
+            // Every transaction that changed records has an entry: after the purge point the
+            // entries are contiguous, each one after the previous.
+            var expected = purgedThrough.sequence &+ 1
             var lastWrite: [[UInt8]: (sequence: UInt64, deleted: Bool)] = [:]
             try txn.scan(dbs.history, from: ScanStart<[UInt8]>.first) { key, value in
                 report.historyEntriesChecked += 1
                 let sequence = key.count == 8 ? key.reduce(UInt64(0)) { $0 << 8 | UInt64($1) } : 0
                 guard key.count == 8, sequence > purgedThrough.sequence, sequence <= current.sequence else {
-                    report.problems.append("history entry with key \(key) outside \(purgedThrough.sequence + 1)...\(current.sequence)")
+                    report.problems.append("history entry with key \(key) outside \(purgedThrough.sequence &+ 1)...\(current.sequence)")
                     return true
                 }
+                if sequence != expected {
+                    report.problems.append("history entries \(expected)...\(sequence - 1) are missing")
+                }
+                expected = sequence &+ 1
                 guard let entry = try? HistoryEntry.decodeStored(value) else {
                     report.problems.append("history entry \(sequence) cannot be decoded")
                     return true
@@ -122,6 +135,9 @@ extension Store {
                     lastWrite[StoreKeys.record(change.typeTag, change.id).bytes] = (sequence, change.operation == .delete)
                 }
                 return true
+            }
+            if purgedThrough < current, expected <= current.sequence {
+                report.problems.append("history entries \(expected)...\(current.sequence) are missing")
             }
             for (key, last) in lastWrite {
                 let stored = try txn.contains(dbs.records, key: key)

@@ -580,16 +580,16 @@ final class WriteContext: FieldTagResolver {
             guard sequence < UInt64.max else {
                 throw StoreError(.corrupted, "store \(path): the next history sequence number in meta is \(sequence), past any real history; run `stash verify \(path)`")
             }
-            let entry = HistoryEntry.encode(timestamp: Date(), origin: siteID, author: author, changes: changes)
+            let entry = HistoryEntry.encode(timestamp: now(), origin: siteID, author: author, changes: changes)
             var key = KeyBytes()
             key.appendBigEndian(sequence)
             // Sequences only grow: the entry sorts last. Should a damaged `meta` have sent the
-            // sequence back, an existing entry is reported, never overwritten.
-            if try !txn.appendIfLast(dbs.history, key: key, value: entry) {
-                if try txn.contains(dbs.history, key: key) {
-                    throw StoreError(.corrupted, "store \(path): history entry \(sequence) exists already, so the next sequence number in meta is behind the history; run `stash verify \(path)`")
-                }
-                try txn.put(dbs.history, key: key, value: entry)
+            // sequence back, the write fails: an existing entry is never overwritten, and an
+            // entry below a later one (in a purged range, or a hole) would never be read by
+            // consumers that are past it.
+            if try sequence == 0 || !txn.appendIfLast(dbs.history, key: key, value: entry) {
+                let found = try txn.contains(dbs.history, key: key) ? "entry \(sequence) exists already" : "later entries exist"
+                throw StoreError(.corrupted, "store \(path): the next history sequence number in meta (\(sequence)) is behind the history (\(found)); run `stash verify \(path)`")
             }
             try txn.put(dbs.meta, key: MetaKey.nextSequence, uint64: sequence + 1)
             changes.removeAll()

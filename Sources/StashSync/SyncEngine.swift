@@ -233,13 +233,15 @@ public final class SyncEngine: Sendable {
         }
     }
 
-    /// Records that our history up to `through` reached `peer` (nil: the relay), and keeps
-    /// history after it from being purged.
+    /// Records that our history up to `through` (at most the newest entry) reached `peer`
+    /// (nil: the relay), and keeps history after it from being purged.
     public func acknowledge(peer: RecordID?, through: UInt64) throws {
         let name = peer?.description ?? PeerWatermark.relaySite
         try store.write(author: "sync") { tx in
             var watermark = try PeerWatermark.load(name, in: tx)
-            watermark.sentThrough = max(watermark.sentThrough, through)
+            // Nothing past the newest entry was sent: acknowledging it would keep later local
+            // writes under those sequence numbers from ever being sent.
+            watermark.sentThrough = max(watermark.sentThrough, min(through, try tx.historyBounds().current.sequence))
             watermark.lastSent = store.clock()
             try watermark.save(in: tx)
             try tx.registerHistoryConsumer("sync:\(name)", at: HistoryToken(sequence: watermark.sentThrough))

@@ -307,8 +307,9 @@ struct History: AsyncParsableCommand {
                 printed += 1
                 token = entry.token
             }
-            guard follow else { return }
-            if limit == nil { token = max(token, try store.currentToken()) }
+            if !follow || limit.map({ printed >= $0 }) ?? false { return }
+            // On from the last entry printed: the observation reads what came after it, in
+            // its own snapshots (a newer token taken here would skip commits made meanwhile).
             for try await entry in store.changes(of: filter, after: token) {
                 if let limit, printed >= limit { return }
                 printLine(historyJSON(entry).text)
@@ -324,7 +325,7 @@ struct History: AsyncParsableCommand {
 
 func historyJSON(_ entry: HistoryEntry) -> JSONValue {
     .object([
-        "sequence": .int(Int64(entry.sequence)),
+        "sequence": Int64(exactly: entry.sequence).map { .int($0) } ?? .string(String(entry.sequence)),
         "timestamp": .string(FieldValue.date(entry.timestamp).json.textValue),
         "origin": .string(entry.origin.description),
         "author": entry.author.map { .string($0) } ?? .null,

@@ -767,6 +767,24 @@ import StashTestSupport
         #expect(try b.engine.fetchChanges(via: relay).refused.count == 1, "still refused, and still only that file")
     }
 
+    /// An acknowledgement past the newest entry (a custom transport's mistake) kept the later
+    /// writes under those sequence numbers from ever being sent, and `UInt64.max` trapped the
+    /// next export. It is clamped to the newest entry.
+    @Test func anAcknowledgementPastTheNewestEntryIsClamped() throws {
+        let dir = TemporaryDirectory()
+        let a = try Device.open(dir.sub("a"), family: family)
+        let b = try Device.open(dir.sub("b"), family: family)
+        try a.store.insert(Note(title: "first", body: ""))
+        try a.sync(with: b)
+        for through in [try a.store.currentToken().sequence + 10, .max] {
+            try a.engine.acknowledge(peer: b.engine.site, through: through)
+            let note = Note(title: "after an acknowledgement of \(through)", body: "")
+            try a.store.insert(note)
+            #expect(try a.sync(with: b).sentEntries == 1)
+            #expect(try b.store.get(Note.self, id: note.id) == note)
+        }
+    }
+
     /// A parked delta that fails when retried holds back its own source only: the parked
     /// deltas of other sources are still applied once the schema knows their types.
     @Test func aFailingParkedDeltaHoldsBackItsSourceOnly() throws {

@@ -4,6 +4,23 @@ import Testing
 import StashTestSupport
 
 @Suite(.serialized) struct CLITests {
+    /// `history --follow` whose `--limit` the existing entries already reach printed them and
+    /// then waited for the next commit before exiting.
+    @Test func historyFollowEndsAtItsLimit() throws {
+        let dir = TemporaryDirectory()
+        let store = try StashCLI.makeStore(in: dir)
+        for name in ["a", "b"] { #expect(try StashCLI.run("put", store, "Home", #"{"name": "\#(name)"}"#).status == 0) }
+        let (process, out, _) = try StashCLI.start(["history", store, "--limit", "1", "--follow"])
+        let deadline = Date().addingTimeInterval(20)
+        while process.isRunning && Date() < deadline { Thread.sleep(forTimeInterval: 0.05) }
+        let ended = !process.isRunning
+        if !ended { process.terminate() }
+        process.waitUntilExit()
+        #expect(ended, "still waiting for a commit after printing its one entry")
+        let lines = String(decoding: out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self).split(separator: "\n")
+        #expect(lines.count == 1, "\(lines)")
+    }
+
     @Test func roundTripThroughTheCommandLine() throws {
         let dir = TemporaryDirectory()
         let store = try StashCLI.makeStore(in: dir)

@@ -1,5 +1,6 @@
 import Foundation
 import Stash
+import StashLMDB
 import Testing
 import StashTestSupport
 
@@ -81,6 +82,53 @@ private struct Abort: Error {}
         #expect(try store.oldestAvailableToken() == HistoryToken(sequence: 8))
         #expect(try store.history(after: HistoryToken(sequence: 8)).map(\.sequence) == [9, 10, 11, 12])
         #expect(try store.verify().isClean)
+    }
+
+    /// Tokens past the newest entry (another store's, or this store's before it was restored
+    /// from an older copy) were read as "nothing new", and `UInt64.max` wrapped to the whole
+    /// history; a limit of 0 returned one entry; a consumer could be registered past the
+    /// newest entry, letting purge take entries it had not read.
+    @Test func tokensPastTheNewestEntryAreRefused() throws {
+        let dir = TemporaryDirectory()
+        let store = try Store.open(at: dir.path, types: [Home.self])
+        for n in 0..<3 { try store.insert(Home(name: "\(n)")) }
+        let current = try store.currentToken()
+        #expect(try store.history(after: current).isEmpty)
+        for ahead in [HistoryToken(sequence: current.sequence + 1), HistoryToken(sequence: .max)] {
+            #expect { _ = try store.history(after: ahead) } throws: { ($0 as? StoreError)?.code == .historyAhead }
+            #expect { try store.registerHistoryConsumer("reader", at: ahead) } throws: { ($0 as? StoreError)?.code == .historyAhead }
+        }
+        #expect(try store.history(limit: 0).isEmpty)
+        #expect(try store.history(limit: 2).count == 2)
+        #expect(try store.historyConsumers().isEmpty)
+    }
+
+    /// A damaged next sequence number that went back below later entries (into a purged range,
+    /// say) wrote the entry there, where no consumer past it would ever read it; one of 0
+    /// trapped every reader of history, `verify` included. The write is refused now, and
+    /// `verify` reports the damage and any hole in history.
+    @Test func aDamagedNextSequenceIsReportedNotUsed() throws {
+        let dir = TemporaryDirectory()
+        let store = try Store.open(at: dir.path, types: [Home.self])
+        for n in 0..<5 { try store.insert(Home(name: "\(n)")) }
+        try store.purgeHistory(before: HistoryToken(sequence: 3))
+        let env = try Environment.open(path: dir.path)
+        let meta = try env.database("meta"), history = try env.database("history")
+        try env.write { txn in try txn.put(meta, key: Array("nextSequence".utf8), uint64: 2) }
+        #expect { try store.insert(Home(name: "lost")) } throws: { ($0 as? StoreError)?.code == .corrupted }
+        #expect(try store.count(Home.self) == 5, "the refused write changed nothing")
+        try env.write { txn in try txn.put(meta, key: Array("nextSequence".utf8), uint64: 0) }
+        #expect(try store.currentToken() == .beginning)
+        #expect(try store.verify().problems.contains { $0.contains("is 0") })
+        // A hole: entry 4 of 4...5 gone.
+        try env.write { txn in
+            try txn.put(meta, key: Array("nextSequence".utf8), uint64: 6)
+            var key = KeyBytes()
+            key.appendBigEndian(UInt64(4))
+            _ = try txn.delete(history, key: key)
+        }
+        let report = try store.verify()
+        #expect(report.problems.contains { $0.contains("history entries 4...4 are missing") }, "\(report)")
     }
 
     @Test func purgeNeverRemovesWhatAConsumerNeedsUnlessForced() throws {
