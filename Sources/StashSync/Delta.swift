@@ -45,6 +45,11 @@ public struct Delta: Sendable, Equatable {
     /// parks the delta, since the two stores would never agree on the value.
     public var counterFields: [String: Set<String>]?
 
+    /// Whether the delta is worth delivering: it carries states, is a full snapshot, or covers
+    /// a range of history (even one with nothing for its recipient, whose acknowledgement
+    /// lets that history be purged). False only for an incremental delta of no history.
+    public var hasNews: Bool { !entries.isEmpty || isFullSnapshot || to >= from }
+
     public init(source: RecordID, recipient: RecordID?, family: RecordID, schemaFingerprint: [UInt8], from: UInt64, to: UInt64,
                 isFullSnapshot: Bool, created: Date, entries: [RecordState], counterFields: [String: Set<String>]? = nil) {
         self.source = source

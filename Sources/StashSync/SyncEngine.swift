@@ -425,7 +425,10 @@ public final class SyncEngine: Sendable {
             }
             let requested = try transport.fullSnapshotRequested(by: self)
             let delta = try makeDelta(for: transport.peer, fullSnapshot: requested)
-            if delta.entries.isEmpty && !delta.isFullSnapshot { return (0, false) }
+            // A range with nothing for the peer (local-only changes, or changes that came from
+            // it) still goes out, empty, so that acknowledging it keeps the peer gap-free and
+            // lets history up to it be purged.
+            if !delta.hasNews { return (0, false) }
             do {
                 try transport.deliver(delta.encoded(key: key), delta: delta, from: self)
             } catch let error as SyncError where error.code == .siteReused {

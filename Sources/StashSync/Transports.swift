@@ -69,7 +69,7 @@ public struct DirectTransport: SyncTransport {
         }
         let requested = try Self.isRequested(from: other.site, in: engine)
         let delta = try other.makeDelta(for: engine.site, fullSnapshot: requested)
-        if delta.entries.isEmpty && !delta.isFullSnapshot { return [] }
+        if !delta.hasNews { return [] }
         let other = self.other
         return [IncomingDelta(name: "delta from \(other.site)", source: other.site, data: delta.encoded(key: other.key)) { _ in
             try other.acknowledge(peer: engine.site, through: delta.to)

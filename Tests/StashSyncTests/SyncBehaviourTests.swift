@@ -785,6 +785,44 @@ import StashTestSupport
         }
     }
 
+    /// History whose changes a peer needs none of (local-only records, or what came from that
+    /// peer) was never acknowledged, since no delta went out: the peer's consumer held back
+    /// every purge although the status said up to date, and forcing the purge made the next
+    /// sync a full snapshot. An empty delta covering the range now goes out and is acknowledged.
+    @Test(arguments: [false, true])
+    func historyOnlyForThisStoreCanBePurgedAfterASync(viaRelay: Bool) throws {
+        let dir = TemporaryDirectory()
+        let relayURL = dir.url.appendingPathComponent("relay")
+        try FileManager.default.createDirectory(at: relayURL, withIntermediateDirectories: true)
+        let relay = RelayTransport(directory: relayURL)
+        let a = try Device.open(dir.sub("a"), family: family)
+        let b = try Device.open(dir.sub("b"), family: family)
+        func sync(_ from: Device, _ to: Device) throws {
+            if viaRelay {
+                try from.engine.sync(via: relay)
+                try to.engine.sync(via: relay)
+            } else {
+                try from.sync(with: to)
+            }
+        }
+        try a.store.insert(Note(title: "shared", body: ""))
+        try sync(a, b)
+        for n in 0..<3 { try a.store.insert(DeviceSecret(value: "local \(n)")) }
+        try sync(a, b)
+        #expect(try a.engine.status(peer: viaRelay ? nil : b.engine.site).pendingOutgoing == 0)
+        for store in [a.store, b.store] {
+            let report = try store.purgeHistory(before: store.currentToken())
+            #expect(report.overriddenConsumers.isEmpty)
+        }
+        // Nothing was lost on the way: new changes still flow, as deltas, both ways.
+        let note = Note(title: "after the purge", body: "")
+        try a.store.insert(note)
+        try sync(a, b)
+        #expect(try b.store.get(Note.self, id: note.id) == note)
+        if !viaRelay { #expect(try !a.sync(with: b).sentFullSnapshot) }
+        #expect(try canonicalDump(a.store) == canonicalDump(b.store))
+    }
+
     /// A parked delta that fails when retried holds back its own source only: the parked
     /// deltas of other sources are still applied once the schema knows their types.
     @Test func aFailingParkedDeltaHoldsBackItsSourceOnly() throws {
