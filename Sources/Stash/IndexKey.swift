@@ -141,7 +141,7 @@ extension RecordID: IndexableValue {
 }
 extension Date: IndexableValue {
     public static var indexComponentMatchesStoredForm: Bool { true }
-    public func appendIndexComponent(to key: inout KeyBytes) { IndexComponent.double(timeIntervalSince1970, &key) }
+    public func appendIndexComponent(to key: inout KeyBytes) { IndexComponent.double(timeIntervalSinceReferenceDate, &key) }
 }
 extension Data: IndexableValue {
     public static var indexComponentMatchesStoredForm: Bool { true }
@@ -168,7 +168,7 @@ extension FieldValue: IndexableValue {
         case .string(let s): IndexComponent.string(s, &key)
         case .bytes(let d): IndexComponent.bytes(d, &key)
         case .uuid(let u): IndexComponent.uuid(u, &key)
-        case .date(let d): IndexComponent.double(d.timeIntervalSince1970, &key)
+        case .date(let d): IndexComponent.double(d.timeIntervalSinceReferenceDate, &key)
         case .array, .map:
             var writer = ByteWriter()
             writer.value(self)

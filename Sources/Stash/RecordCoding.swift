@@ -137,7 +137,7 @@ struct RecordKeyedEncoder<Key: CodingKey>: KeyedEncodingContainerProtocol {
             if key.stringValue == "id" { return }
             try encoder.field(key.stringValue, .uuid) { $0.uuid(v) }
         } else if T.self == Date.self, let v = value as? Date {
-            try encoder.field(key.stringValue, .date) { $0.double(v.timeIntervalSince1970, kind: .date) }
+            try encoder.field(key.stringValue, .date) { $0.double(v.timeIntervalSinceReferenceDate, kind: .date) }
         } else if T.self == Data.self, let v = value as? Data {
             try encoder.field(key.stringValue, .bytes) { $0.data(v) }
         } else if T.self == UUID.self, let v = value as? UUID {
@@ -334,6 +334,9 @@ struct RecordKeyedDecoder<Key: CodingKey>: KeyedDecodingContainerProtocol {
             var reader = ByteReader(decoder.record.bytes, range: range)
             let kind = try reader.kind()
             if T.self == Date.self, kind == .date {
+                return Date(timeIntervalSinceReferenceDate: try reader.payloadDouble()) as! T
+            }
+            if T.self == Date.self, kind == .date1970 {
                 return Date(timeIntervalSince1970: try reader.payloadDouble()) as! T
             }
             if T.self == Data.self, kind == .bytes { return try reader.payloadData() as! T }

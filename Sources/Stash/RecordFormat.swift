@@ -7,8 +7,10 @@ import Foundation
 /// value = [kind byte] payload
 ///   0 null · 1 false · 2 true · 3 int (zigzag varint) · 4 double (8 bytes LE)
 ///   5 string (varint length + UTF-8) · 6 bytes (varint length + bytes) · 7 uuid (16 bytes)
-///   8 date (double seconds since 1970) · 9 array (varint count + values)
+///   8 date (double seconds since 1970; read, no longer written) · 9 array (varint count + values)
 ///   10 map (varint count + {varint length + UTF-8 key, value})
+///   11 date (double seconds since 2001-01-01, `Date`'s own representation, so every `Date`
+///      reads back equal; seconds since 1970 drop the last bit of about half of them)
 /// ```
 /// Fields are keyed by small per-type tags from the stored schema, not by name, so a record
 /// costs a byte or two per field name; fields can be added or dropped without rewriting
@@ -17,7 +19,7 @@ enum RecordFormat {
     static let version: UInt8 = 1
 
     enum Kind: UInt8 {
-        case null = 0, `false` = 1, `true` = 2, int = 3, double = 4, string = 5, bytes = 6, uuid = 7, date = 8, array = 9, map = 10
+        case null = 0, `false` = 1, `true` = 2, int = 3, double = 4, string = 5, bytes = 6, uuid = 7, date1970 = 8, array = 9, map = 10, date = 11
     }
 }
 
@@ -114,7 +116,7 @@ struct ByteWriter {
         case .string(let s): string(s)
         case .bytes(let d): data(d)
         case .uuid(let u): uuid(u)
-        case .date(let d): double(d.timeIntervalSince1970, kind: .date)
+        case .date(let d): double(d.timeIntervalSinceReferenceDate, kind: .date)
         case .array(let items):
             bytes.append(RecordFormat.Kind.array.rawValue)
             varint(UInt64(items.count))
@@ -256,7 +258,8 @@ struct ByteReader {
         case .string: return .string(try payloadString())
         case .bytes: return .bytes(try payloadData())
         case .uuid: return .uuid(try payloadUUID())
-        case .date: return .date(Date(timeIntervalSince1970: try payloadDouble()))
+        case .date: return .date(Date(timeIntervalSinceReferenceDate: try payloadDouble()))
+        case .date1970: return .date(Date(timeIntervalSince1970: try payloadDouble()))
         case .array:
             let n = try varint()
             guard n <= UInt64(end - offset) else { throw RecordFormatError(reason: "array count \(n) beyond the record") }
@@ -281,7 +284,7 @@ struct ByteReader {
         switch try kind() {
         case .null, .false, .true: return
         case .int: _ = try varint()
-        case .double, .date: try skip(8)
+        case .double, .date, .date1970: try skip(8)
         case .string, .bytes: try skip(Int(clamping: try varint()))
         case .uuid: try skip(16)
         case .array:

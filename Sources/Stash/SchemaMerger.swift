@@ -5,7 +5,10 @@ import StashLMDB
 /// transaction: identity and format on first open, migrations, new types and fields,
 /// index backfill and removal. Nothing is half-done: an error aborts all of it.
 struct SchemaMerger {
-    static let format: UInt64 = 1
+    /// 1: dates stored and indexed as seconds since 1970; 2: as seconds since 2001 (`Date`'s
+    /// own representation: every `Date` reads back equal). Records of format 1 still read;
+    /// indexes on date fields are rebuilt once, at the first open of a format-1 store.
+    static let format: UInt64 = 2
     let path: String
     let txn: WriteTransaction
     let dbs: StoreDatabases
@@ -43,6 +46,10 @@ struct SchemaMerger {
         if try txn.get(dbs.meta, key: MetaKey.schema) == nil {
             // A new store: persist the (empty) schema so generic tools see a valid store.
             try Self.saveSchema(stored, generation: generation, txn, dbs)
+        }
+        if try txn.uint64(dbs.meta, key: MetaKey.format) ?? Self.format < 2 {
+            try rebuildDateIndexes(context)
+            try txn.put(dbs.meta, key: MetaKey.format, uint64: Self.format)
         }
         try migrate(context)
         for type in declaration.types { try merge(type, into: context) }
@@ -273,6 +280,17 @@ struct SchemaMerger {
             return true
         }
         for key in keys { try txn.delete(dbs.index, key: key) }
+    }
+
+    /// Rebuilds every index of a format-1 store that may hold a date (a date field, or one of
+    /// a kind not known yet), whose keys were seconds since 1970 and are now seconds since 2001.
+    private func rebuildDateIndexes(_ context: WriteContext) throws {
+        for type in context.catalog.schema.types {
+            for index in type.indexes where index.fields.contains(where: { type.field(named: $0).map { $0.kind == .date || $0.kind == nil } ?? true }) {
+                try removeEntries(of: index, of: type)
+                try backfill(index, of: type.name, context)
+            }
+        }
     }
 
     private func backfill(_ index: IndexSchema, of typeName: String, _ context: WriteContext) throws {

@@ -1,0 +1,84 @@
+import Foundation
+import Stash
+import StashLMDB
+import Testing
+import StashTestSupport
+
+/// An event at an instant, indexed by it.
+private struct Event: Record, Equatable {
+    var id = RecordID()
+    var at: Date
+    static let indexes: [RecordIndex<Event>] = [.index(\.at)]
+}
+
+/// Dates were stored as seconds since 1970, which drops the last bit of about half of all
+/// `Date` values (a `Date` is seconds since 2001): a record read back was not equal to the one
+/// inserted, and `fetch(at == t)` missed the record just stored at `t` while `fetchCount`
+/// counted it. They are stored as `Date` holds them now.
+@Suite struct DateRoundTripTests {
+    /// Instants of 2025 with every low bit in play (random fractions of a second), fixed seed.
+    static func instants(seed: UInt64, count: Int) -> [Date] {
+        var rng = SeededGenerator(seed: seed)
+        return (0..<count).map { _ in
+            Date(timeIntervalSinceReferenceDate: 757_000_000 + Double(rng.next() % 1_000_000_000) / 1_000_000 + Double(rng.next() % 1_000) * 1e-9)
+        }
+    }
+
+    @Test(arguments: [UInt64(3), 2026])
+    func everyDateReadsBackEqualAndIsFoundByItself(seed: UInt64) throws {
+        let dir = TemporaryDirectory()
+        let store = try Store.open(at: dir.path, types: [Event.self])
+        let events = Self.instants(seed: seed, count: 200).map { Event(at: $0) }
+        #expect(events.contains { Date(timeIntervalSince1970: $0.at.timeIntervalSince1970) != $0.at },
+                "seed \(seed): the instants include ones that seconds since 1970 cannot hold")
+        try store.write { tx in for event in events { try tx.insert(event) } }
+        for event in events {
+            let at = event.at
+            #expect(try store.get(Event.self, id: event.id) == event, "seed \(seed)")
+            #expect(try store.fetch(FetchDescriptor<Event>(predicate: #Predicate { $0.at == at })) == [event], "seed \(seed)")
+            #expect(try store.fetchCount(FetchDescriptor<Event>(predicate: #Predicate { $0.at == at })) == 1, "seed \(seed)")
+            #expect(try store.read { try $0.get(typeNamed: "Event", id: event.id)?.fields["at"] } == .date(at), "seed \(seed)")
+        }
+        let sorted = events.sorted { $0.at < $1.at }
+        let middle = sorted[100].at
+        let later = try store.fetch(FetchDescriptor<Event>(predicate: #Predicate { $0.at >= middle }, sortBy: [SortDescriptor(\.at)]))
+        #expect(later == Array(sorted[100...]), "seed \(seed)")
+        #expect(try store.verify().isClean)
+    }
+
+    /// A store of format 1 (dates as seconds since 1970) still reads its dates, and its date
+    /// indexes are rebuilt in the new keys at its first open by this library.
+    @Test func aFormatOneStoreReadsItsDatesAndRebuildsTheirIndex() throws {
+        let dir = TemporaryDirectory()
+        let instants = (0..<20).map { Date(timeIntervalSince1970: 1_700_000_000 + Double($0) * 3600) }
+        let events = instants.map { Event(at: $0) }
+        do {
+            let store = try Store.open(at: dir.path, types: [Event.self])
+            try store.write { tx in for event in events { try tx.insert(event) } }
+            let type = try #require(store.schema.type(named: "Event"))
+            let tag = try #require(type.field(named: "at")?.tag)
+            // Rewrite the store as format 1 wrote it: kind 8 (seconds since 1970), and index
+            // keys of the old encoding, here simply gone so that only a rebuild can answer.
+            let env = try Environment.open(path: dir.path)
+            let records = try env.database("records"), index = try env.database("index"), meta = try env.database("meta")
+            try env.write { txn in
+                for event in events {
+                    var value: [UInt8] = [1, 1, 0, UInt8(tag), 8]
+                    value += withUnsafeBytes(of: event.at.timeIntervalSince1970.bitPattern.littleEndian, Array.init)
+                    try txn.put(records, key: [UInt8(type.tag >> 8), UInt8(type.tag & 0xFF)] + event.id.bytes, value: value)
+                }
+                try txn.removeAll(index)
+                try txn.put(meta, key: Array("format".utf8), uint64: 1)
+            }
+        }
+        let store = try Store.open(at: dir.path, types: [Event.self])
+        for event in events {
+            let at = event.at
+            #expect(try store.get(Event.self, id: event.id) == event)
+            #expect(try store.fetchCount(FetchDescriptor<Event>(predicate: #Predicate { $0.at == at })) == 1)
+        }
+        let cut = instants[10]
+        #expect(try store.fetch(FetchDescriptor<Event>(predicate: #Predicate { $0.at < cut })).count == 10)
+        #expect(try store.verify().isClean)
+    }
+}
