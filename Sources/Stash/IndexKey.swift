@@ -45,8 +45,16 @@ enum IndexComponent {
         key.appendBigEndian(bits & (1 << 63) != 0 ? ~bits : bits | (1 << 63))
     }
 
-    /// Strings are their UTF-8 bytes.
-    static func string(_ value: String, _ key: inout KeyBytes) { bytes(value.utf8, &key) }
+    /// Strings are the UTF-8 bytes of their canonical composition (NFC). Swift compares
+    /// strings by canonical equivalence, so a precomposed "é" and "e" + U+0301 must share a
+    /// key, and NFC's byte order is the order `<` gives. ASCII is its own NFC: no copy.
+    static func string(_ value: String, _ key: inout KeyBytes) {
+        if value.utf8.allSatisfy({ $0 < 0x80 }) {
+            bytes(value.utf8, &key)
+        } else {
+            bytes(value.precomposedStringWithCanonicalMapping.utf8, &key)
+        }
+    }
 
     /// Bytes with 0x00 escaped as 0x00 0xFF and a 0x00 0x00 terminator, so that byte order
     /// is value order and a composite key's next component cannot blur the boundary.

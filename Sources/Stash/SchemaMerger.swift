@@ -5,9 +5,11 @@ import StashLMDB
 /// transaction: identity and format on first open, migrations, new types and fields,
 /// index backfill and removal. Nothing is half-done: an error aborts all of it.
 struct SchemaMerger {
-    /// 1: dates stored and indexed as seconds since 1970; 2: as seconds since 2001 (`Date`'s
-    /// own representation: every `Date` reads back equal). Records of format 1 still read;
-    /// indexes on date fields are rebuilt once, at the first open of a format-1 store.
+    /// 1: dates stored and indexed as seconds since 1970, strings indexed as their bytes;
+    /// 2: dates as seconds since 2001 (`Date`'s own representation: every `Date` reads back
+    /// equal), strings indexed in their canonical composition (NFC, as Swift compares them).
+    /// Records of format 1 still read; indexes that may hold dates or strings are rebuilt
+    /// once, at the first open of a format-1 store.
     static let format: UInt64 = 2
     let path: String
     let txn: WriteTransaction
@@ -48,7 +50,7 @@ struct SchemaMerger {
             try Self.saveSchema(stored, generation: generation, txn, dbs)
         }
         if try txn.uint64(dbs.meta, key: MetaKey.format) ?? Self.format < 2 {
-            try rebuildDateIndexes(context)
+            try rebuildIndexesOfFormatOne(context)
             try txn.put(dbs.meta, key: MetaKey.format, uint64: Self.format)
         }
         try migrate(context)
@@ -282,11 +284,13 @@ struct SchemaMerger {
         for key in keys { try txn.delete(dbs.index, key: key) }
     }
 
-    /// Rebuilds every index of a format-1 store that may hold a date (a date field, or one of
-    /// a kind not known yet), whose keys were seconds since 1970 and are now seconds since 2001.
-    private func rebuildDateIndexes(_ context: WriteContext) throws {
+    /// Rebuilds every index of a format-1 store whose keys changed in format 2: those that may
+    /// hold a date (keys were seconds since 1970), a string (keys were its bytes, not its NFC
+    /// form), or an array or map (which may hold either), or a field of a kind not known yet.
+    private func rebuildIndexesOfFormatOne(_ context: WriteContext) throws {
+        let changed: Set<FieldKind?> = [.date, .string, .array, .map, nil]
         for type in context.catalog.schema.types {
-            for index in type.indexes where index.fields.contains(where: { type.field(named: $0).map { $0.kind == .date || $0.kind == nil } ?? true }) {
+            for index in type.indexes where index.fields.contains(where: { changed.contains(type.field(named: $0)?.kind) }) {
                 try removeEntries(of: index, of: type)
                 try backfill(index, of: type.name, context)
             }

@@ -82,3 +82,44 @@ private struct Event: Record, Equatable {
         #expect(try store.verify().isClean)
     }
 }
+
+/// A word, indexed, and a unique handle.
+private struct Word: Record, Equatable {
+    var id = RecordID()
+    var text: String
+    var handle: String?
+    static let indexes: [RecordIndex<Word>] = [.index(\.text), .unique(\.handle)]
+}
+
+/// Strings were indexed as their bytes while Swift compares them by canonical equivalence:
+/// a record stored in decomposed form (macOS file names, some keyboards) was missed by an
+/// indexed `==` with the precomposed constant and by ranges, though a scan found it, and a
+/// unique index let both spellings in. Keys are the strings' NFC bytes now.
+@Suite struct CanonicalStringTests {
+    @Test func bothSpellingsOfAStringShareItsKey() throws {
+        let dir = TemporaryDirectory()
+        let store = try Store.open(at: dir.path, types: [Word.self])
+        let decomposed = Word(text: "cafe\u{301}", handle: "e\u{301}mile")
+        let summer = Word(text: "e\u{301}te\u{301}", handle: nil)   // "été", decomposed
+        let others = [Word(text: "cafe", handle: nil), Word(text: "fable", handle: "fred"), summer]
+        try store.write { tx in for word in [decomposed] + others { try tx.insert(word) } }
+        let precomposed = "caf\u{E9}"
+        #expect(precomposed == decomposed.text, "Swift: canonically equivalent")
+        let equal = FetchDescriptor<Word>(predicate: #Predicate { $0.text == precomposed })
+        #expect(try store.explain(equal).usesIndex)
+        #expect(try store.fetch(equal) == [decomposed])
+        #expect(try store.fetchCount(equal) == 1)
+        #expect(try store.count(Word.self, where: \.text, equals: precomposed) == 1)
+        // "é" sorts after "f" (U+00E9 > U+0066), whichever way it is spelled.
+        let past = FetchDescriptor<Word>(predicate: #Predicate { $0.text > "f" })
+        #expect(try store.explain(past).usesIndex)
+        #expect(Set(try store.fetch(past).map(\.text)) == ["fable", "\u{E9}t\u{E9}"])
+        #expect(try store.fetchCount(past) == 2)
+        let handles = FetchDescriptor<Word>(predicate: #Predicate { $0.handle != nil })
+        #expect(Set(try store.fetch(handles).compactMap(\.handle)) == ["\u{E9}mile", "fred"])
+        #expect {
+            try store.insert(Word(text: "other", handle: "\u{E9}mile"))
+        } throws: { ($0 as? StoreError)?.code == .uniqueViolation }
+        #expect(try store.verify().isClean)
+    }
+}
