@@ -243,12 +243,24 @@ struct SchemaMerger {
         // an older version of the app, opening with fewer indexes must not remove an index
         // that the processes declaring it count and query through (their catalogs still list
         // it, so they would read its missing entries as no records). A declared index whose
-        // uniqueness changed is replaced, since the declaration asks for that change.
+        // uniqueness changed is rebuilt under its own tag, for the same reason: a process still
+        // holding the older schema goes on finding its entries.
         for index in stored.indexes {
             let declared = wanted.first { $0.0 == index.name }
             if let declared, declared.1.unique == index.unique { continue }
-            if declared == nil && !options.dropsUndeclaredIndexes { continue }
-            try dropIndex(index, of: stored, context)
+            if let declared {
+                try removeEntries(of: index, of: stored)
+                var changed = index
+                changed.unique = declared.1.unique
+                context.updateSchema { schema in
+                    let t = schema.types.firstIndex { $0.name == name }!
+                    let i = schema.types[t].indexes.firstIndex { $0.tag == index.tag }!
+                    schema.types[t].indexes[i] = changed
+                }
+                try backfill(changed, of: name, context)
+                continue
+            }
+            if options.dropsUndeclaredIndexes { try dropIndex(index, of: stored, context) }
         }
         for (indexName, wantedIndex) in wanted where try context.layout(name).schema.index(named: indexName) == nil {
             guard !wantedIndex.fields.isEmpty else {

@@ -29,7 +29,33 @@ struct Page: Record, Equatable {
     static let indexes: [RecordIndex<Page>] = [.unique(\.slug)]
 }
 
+/// `Account` in the version of the app before its handle became unique.
+private struct AccountBeforeUniqueHandles: Record, Equatable {
+    static let recordType = "Account"
+    var id = RecordID()
+    var team: String
+    var handle: String
+    static let indexes: [RecordIndex<AccountBeforeUniqueHandles>] = [.index(\.team), .index(\.handle)]
+}
+
 @Suite struct UniqueIndexTests {
+    /// An index that becomes unique was dropped and built under a new tag: a process still
+    /// holding the older schema (here a second `Store` of the same directory) then counted
+    /// and queried its old, empty tag and found nothing. It is rebuilt under its own tag now.
+    @Test func anIndexBecomingUniqueKeepsAnsweringForOlderSchemas() throws {
+        let dir = TemporaryDirectory()
+        let older = try Store.open(at: dir.path, types: [AccountBeforeUniqueHandles.self])
+        try older.write { tx in for n in 0..<10 { try tx.insert(AccountBeforeUniqueHandles(team: "t", handle: "h\(n)")) } }
+        let byHandle = try older.index(\AccountBeforeUniqueHandles.handle)
+        let newer = try Store.open(at: dir.path, types: [Account.self])
+        #expect(newer.schema.type(named: "Account")?.index(named: "handle")?.unique == true)
+        #expect(try older.count(byHandle, equals: "h3") == 1)
+        #expect(try older.count(AccountBeforeUniqueHandles.self, where: \.handle, equals: "h3") == 1)
+        #expect(try older.fetch(FetchDescriptor<AccountBeforeUniqueHandles>(predicate: #Predicate { $0.handle == "h4" })).count == 1)
+        #expect { try older.insert(AccountBeforeUniqueHandles(team: "t", handle: "h5")) } throws: { ($0 as? StoreError)?.code == .uniqueViolation }
+        #expect(try newer.verify().isClean)
+    }
+
     /// Records stored before a unique field existed read as its default: like records that
     /// hold the default, they have no value of their own and clash with none, so the index
     /// builds, and a typed update (which stores the default) changes nothing; records with
