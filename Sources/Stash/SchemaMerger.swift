@@ -209,6 +209,11 @@ struct SchemaMerger {
                 }
             }
         }
+        if before.localOnly && !declaration.localOnly && storedCount > 0 {
+            // Synced from now on: the records it holds are in history that sync passed over
+            // while the type was local-only, so this open's history entry lists them again.
+            try context.noteEveryRecordChanged(try context.layout(name))
+        }
         try mergeIndexes(declaration, into: context)
         // Stored records that lack a field are indexed under its default: an index on a field
         // whose default changed is rebuilt (indexes added just now were built with the new one).

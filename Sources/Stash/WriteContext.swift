@@ -517,6 +517,19 @@ final class WriteContext: FieldTagResolver {
     }
 
     /// Adds the index entry of a stored record (index backfill), checking uniqueness.
+    /// Lists every record of `layout`'s type, with all its fields, as updated in this
+    /// transaction's history entry, without writing any: for a type that becomes synced, whose
+    /// records so far sync never sent. O(records of the type).
+    func noteEveryRecordChanged(_ layout: TypeLayout) throws {
+        let tags = layout.schema.fields.map(\.tag)
+        try txn.scan(dbs.records, prefix: StoreKeys.typePrefix(layout.schema.tag)) { key, _ in
+            if let id = StoreKeys.id(fromRecordKey: key) {
+                changes.append(.init(typeTag: layout.schema.tag, id: id, operation: .update, fieldTags: tags))
+            }
+            return true
+        }
+    }
+
     func addIndexEntry(_ index: IndexSchema, _ layout: TypeLayout, _ record: EncodedRecord, id: RecordID) throws {
         let key = try indexKey(index, layout, record)
         if index.unique, try !lacksUniqueValue(index, layout, record), let other = try uniqueHolder(index, layout, key, record, id) {

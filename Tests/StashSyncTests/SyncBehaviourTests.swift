@@ -823,6 +823,32 @@ import StashTestSupport
         #expect(try canonicalDump(a.store) == canonicalDump(b.store))
     }
 
+    /// A type that was local-only and becomes synced (a new app version) while the store holds
+    /// records of it: those records are in history that was already passed over for every
+    /// peer, so they never left the device; only records edited afterwards did. Now the next
+    /// delta to each peer carries all of them, once.
+    @Test func aTypeThatBecomesSyncedSendsTheRecordsItAlreadyHad() throws {
+        let dir = TemporaryDirectory()
+        var a = try Device.open(dir.sub("a"), family: family)
+        var b = try Device.open(dir.sub("b"), family: family)
+        let secrets = (0..<5).map { DeviceSecret(value: "kept here \($0)") }
+        try a.store.write { tx in for secret in secrets { try tx.insert(secret) } }
+        try a.store.insert(Note(title: "shared all along", body: ""))
+        try a.sync(with: b)
+        #expect(try b.store.read { try $0.count(typeNamed: "DeviceSecret") } == 0, "local-only: kept on a")
+
+        // The next app version syncs the type on both devices.
+        let upgraded = syncTypes.filter { $0 != DeviceSecret.self } + [SyncedSecret.self]
+        a = try Device.open(dir.sub("a"), family: family, types: upgraded)
+        b = try Device.open(dir.sub("b"), family: family, types: upgraded)
+        #expect(try a.engine.status(peer: b.engine.site).pendingOutgoing == secrets.count)
+        let report = try a.sync(with: b)
+        #expect(report.sentEntries == secrets.count, "\(report)")
+        for secret in secrets { #expect(try b.store.get(SyncedSecret.self, id: secret.id)?.value == secret.value) }
+        #expect(try a.engine.status(peer: b.engine.site).pendingOutgoing == 0)
+        #expect(try a.sync(with: b).sentEntries == 0, "sent once")
+    }
+
     /// A parked delta that fails when retried holds back its own source only: the parked
     /// deltas of other sources are still applied once the schema knows their types.
     @Test func aFailingParkedDeltaHoldsBackItsSourceOnly() throws {
@@ -945,4 +971,11 @@ private struct NoteWithDefault: Record, Equatable {
     var pinned = false
     var tag: String?
     static let indexes: [RecordIndex<NoteWithDefault>] = [.index(\.pinned)]
+}
+
+/// `DeviceSecret` in an app version that syncs it.
+private struct SyncedSecret: Record, Equatable {
+    static let recordType = "DeviceSecret"
+    var id = RecordID()
+    var value: String
 }
