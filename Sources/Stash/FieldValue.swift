@@ -33,7 +33,9 @@ public enum FieldValue: Hashable, Sendable {
 
 extension FieldValue: Codable {
     // A one-key object: {"int": 3}, {"string": "x"}, {"null": true}; stable for the stored schema.
-    private enum Key: String, CodingKey { case null, bool, int, double, string, bytes, uuid, date, array, map }
+    // Dates are written as seconds since 2001 ({"dateSince2001": …}, every bit of a `Date`);
+    // {"date": seconds since 1970}, what schema files give and format 1 wrote, still reads.
+    private enum Key: String, CodingKey { case null, bool, int, double, string, bytes, uuid, date, dateSince2001, array, map }
 
     public init(from decoder: any Decoder) throws {
         let c = try decoder.container(keyedBy: Key.self)
@@ -49,6 +51,7 @@ extension FieldValue: Codable {
         case .bytes: self = .bytes(try c.decode(Data.self, forKey: key))
         case .uuid: self = .uuid(try c.decode(UUID.self, forKey: key))
         case .date: self = .date(Date(timeIntervalSince1970: try c.decode(Double.self, forKey: key)))
+        case .dateSince2001: self = .date(Date(timeIntervalSinceReferenceDate: try c.decode(Double.self, forKey: key)))
         case .array: self = .array(try c.decode([FieldValue].self, forKey: key))
         case .map: self = .map(try c.decode([String: FieldValue].self, forKey: key))
         }
@@ -64,7 +67,7 @@ extension FieldValue: Codable {
         case .string(let v): try c.encode(v, forKey: .string)
         case .bytes(let v): try c.encode(v, forKey: .bytes)
         case .uuid(let v): try c.encode(v, forKey: .uuid)
-        case .date(let v): try c.encode(v.timeIntervalSince1970, forKey: .date)
+        case .date(let v): try c.encode(v.timeIntervalSinceReferenceDate, forKey: .dateSince2001)
         case .array(let v): try c.encode(v, forKey: .array)
         case .map(let v): try c.encode(v, forKey: .map)
         }

@@ -190,6 +190,26 @@ final class ProgressLog: Sendable {
         #expect(error?.message.contains("Garment.wornAt") == true, "\(String(describing: error))")
     }
 
+    /// A date default was kept in the stored schema as seconds since 1970, which loses the
+    /// last bit of many dates: read back, it differed from the declared one, so every open
+    /// rebuilt the indexes on the field, and another process keyed the records lacking the
+    /// field with the rounded value. It is kept exactly now.
+    @Test func aDateDefaultIsKeptExactly() throws {
+        let dir = TemporaryDirectory()
+        let old = try Self.seed(dir.path, 10)
+        let log = ProgressLog()
+        var options = StoreOptions()
+        options.progress = { log.add($0) }
+        _ = try Store.open(at: dir.path, types: [GarmentWornDefault.self], options: options)
+        #expect(!log.all.isEmpty, "the new index is built")
+        let again = ProgressLog()
+        options.progress = { again.add($0) }
+        let store = try Store.open(at: dir.path, types: [GarmentWornDefault.self], options: options)
+        #expect(again.all.isEmpty, "\(again.all)")
+        #expect(try Store.open(at: dir.path).schema.type(named: "Garment")?.field(named: "wornAt")?.defaultValue == .date(GarmentWornDefault.never))
+        #expect(try store.count(GarmentWornDefault.self, where: \.wornAt, equals: GarmentWornDefault.never) == old.count)
+    }
+
     @Test func gainedOptionalFieldReadsNil() throws {
         let dir = TemporaryDirectory()
         let old = try Self.seed(dir.path, 10)
@@ -416,4 +436,16 @@ struct GarmentDated: Record, Equatable {
     var size: Int
     var wornAt: Date
     static var fieldDefaults: [String: FieldValue] { ["wornAt": .int(0)] }
+}
+
+/// Gained an indexed date whose default has every bit of a `Date` in play.
+struct GarmentWornDefault: Record, Equatable {
+    static var recordType: String { "Garment" }
+    static let never = Date(timeIntervalSinceReferenceDate: 757_000_000.123_456_8)   // seconds since 1970 cannot hold it exactly
+    var id = RecordID()
+    var name: String
+    var size: Int
+    var wornAt: Date
+    static var fieldDefaults: [String: FieldValue] { ["wornAt": .date(never)] }
+    static let indexes: [RecordIndex<GarmentWornDefault>] = [.index(\.wornAt)]
 }
