@@ -9,6 +9,11 @@ import Synchronization
 /// offline allowance: the reference time stays at the highest instant seen. Reading it is
 /// lock-free and allocation-free (one clock read and an atomic maximum).
 ///
+/// A clock once set ahead (or a bad server time) would otherwise hold the reference time in
+/// the future for good, every subscription expired or stale until real time caught up: a
+/// verified snapshot newer than the one in force is the authority it yields to, and the
+/// highest time seen comes down to that snapshot's server time (``settle(at:in:)``).
+///
 /// The highest time seen is saved under the metadata key `gate.clock` whenever the gate
 /// writes (open, snapshots, authorized writes, credits) and by ``FeatureGate/updates()``.
 public final class ClockGuard: Sendable {
@@ -47,6 +52,36 @@ public final class ClockGuard: Sendable {
             current = original
         }
         return current
+    }
+
+    /// Lowers the highest time seen to `instant` (ms), in memory and in the store: called with
+    /// the server time of a verified snapshot newer than the one in force, in the transaction
+    /// that stores that snapshot.
+    func settle(at instant: Int64, in tx: StoreTransaction) throws {
+        lower(to: instant)
+        try tx.setMetadata(encodeInt64(instant), for: Self.metadataKey)
+    }
+
+    /// Takes the stored highest time as it is, lower or not: what another process settled
+    /// together with the newer snapshot this process has just read (``settle(at:in:)``).
+    func adopt<S: StoreReading>(from reading: S) throws {
+        guard let value = try reading.metadata(for: Self.metadataKey).flatMap(decodeInt64) else { return }
+        lower(to: value)
+        observe(value)
+    }
+
+    private func lower(to instant: Int64) {
+        Self.lower(highest, to: instant)
+        Self.lower(saved, to: instant)
+    }
+
+    private static func lower(_ value: borrowing Atomic<Int64>, to instant: Int64) {
+        var current = value.load(ordering: .acquiring)
+        while current > instant {
+            let (exchanged, original) = value.compareExchange(expected: current, desired: instant, ordering: .acquiringAndReleasing)
+            if exchanged { return }
+            current = original
+        }
     }
 
     /// Reads the persisted highest time in `reading` and observes it.

@@ -290,8 +290,15 @@ public final class FeatureGate: Sendable {
                     }
                 }
                 try tx.setMetadata(bytes, for: key)
-                clockGuard.observe(milliseconds(snapshot.serverTime))
-                try clockGuard.save(in: tx)
+                if let newest, snapshot.sequence > newest.sequence {
+                    // A newer answer of the server: its time is the authority a clock once set
+                    // ahead yields to (the first snapshot is only observed: nothing vouches
+                    // that it is not an old one replayed).
+                    try clockGuard.settle(at: milliseconds(snapshot.serverTime), in: tx)
+                } else {
+                    clockGuard.observe(milliseconds(snapshot.serverTime))
+                    try clockGuard.save(in: tx)
+                }
                 if creditsEnabled { try creditPurchases(snapshot, in: tx) }
             }
         } catch let error as StoreError {
@@ -310,7 +317,10 @@ public final class FeatureGate: Sendable {
     func refresh<S: StoreReading>(from reading: S) throws {
         let stored = try reading.metadata(for: snapshotKey)
         if stored == cache.withLock({ $0.storedBytes }) { return }
+        let before = cache.withLock { $0.snapshot?.sequence }
         load(stored, origin: .cached, keepValidOnFailure: true)
+        // Another process applied a newer snapshot, and settled the clock with it.
+        if let before, let now = cache.withLock({ $0.snapshot?.sequence }), now > before { try clockGuard.adopt(from: reading) }
     }
 
     /// The current snapshot (nil when there is none or the cached one was rejected).

@@ -22,6 +22,32 @@ import Testing
         #expect(relaunched.trialStatus().state == .expired)
     }
 
+    /// The device clock was once set a year ahead (to cheat a game timer, or a bad clock at
+    /// boot): the highest time seen stayed there, so after the clock was put right every
+    /// subscription looked expired, fresh snapshots included, until real time caught up. A
+    /// snapshot newer than the one in force now brings it down to its server time; rolling
+    /// the clock back still extends nothing.
+    @Test func aNewerSnapshotUndoesAClockOnceSetAhead() throws {
+        let f = try Fixture(start: instant(0))
+        try f.gate.apply(try signed([Tx.subscription("t1", expires: 30 * day)], sequence: 1, server: 0))
+        f.clock.set(instant(365 * day))
+        #expect(f.gate.tier == .free)
+        try f.relaunch()   // the year-ahead time is saved
+        f.clock.set(instant(day))
+        #expect(f.gate.tier == .free, "an older snapshot does not vouch for the corrected clock")
+        try f.gate.apply(try signed([Tx.subscription("t1", expires: 30 * day)], sequence: 2, server: day))
+        #expect(f.gate.tier == .premium)
+        #expect(f.gate.entitlement().status.state == .subscribed, "\(f.gate.entitlement())")
+        #expect(try f.relaunch().tier == .premium, "the settled time is what the store keeps")
+        // Rolling back past the snapshot's server time extends nothing.
+        f.clock.set(instant(-10 * day))
+        #expect(f.gate.clockGuard.referenceTime == instant(day))
+        f.clock.set(instant(31 * day))
+        #expect(f.gate.tier == .free)
+        f.clock.set(instant(2 * day))
+        #expect(f.gate.tier == .free)
+    }
+
     @Test func theGateHonoursTheExactExpiryInstant() throws {
         let expiry = 10 * day + 345
         let f = try Fixture(start: instant(0))
