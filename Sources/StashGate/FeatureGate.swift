@@ -578,7 +578,7 @@ public final class FeatureGate: Sendable {
     func describe(_ action: GateAction) -> String {
         switch action.kind {
         case .create:
-            let name = action.typeName ?? rules.first { $0.typeKey == action.typeKey }?.typeName ?? "record"
+            let name = action.createdTypeName ?? "record"
             return "creating \(name)" + (action.parent.map { " in \($0)" } ?? "")
         case .use: return "using \(action.feature?.name ?? "?")"
         case .view: return "viewing"

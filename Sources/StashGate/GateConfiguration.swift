@@ -116,9 +116,11 @@ public struct LimitRule: Sendable {
                   counter: try counter.resolved(in: store))
     }
 
+    /// Whether `action` creates a record of this limit's type: by Swift type when both give
+    /// one, otherwise by stored name (a limit by name and a typed creation, or the reverse).
     func matches(_ action: GateAction) -> Bool {
         if let key = action.typeKey, let typeKey { return key == typeKey }
-        return action.typeName == typeName
+        return action.createdTypeName == typeName
     }
 }
 

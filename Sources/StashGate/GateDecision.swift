@@ -97,10 +97,37 @@ public struct GateAction: Sendable, Hashable {
     public let typeName: String?
     /// The parent the new record belongs to (`homeID` for an item).
     public let parent: RecordID?
+    /// The Swift type of a typed creation, for a limit given by stored name (its name is
+    /// looked up only then, off the typed path).
+    let recordType: (any Record.Type)?
+
+    init(kind: Kind, feature: Feature?, typeKey: ObjectIdentifier?, typeName: String?, parent: RecordID?, recordType: (any Record.Type)? = nil) {
+        self.kind = kind
+        self.feature = feature
+        self.typeKey = typeKey
+        self.typeName = typeName
+        self.parent = parent
+        self.recordType = recordType
+    }
+
+    /// The stored name of the created type.
+    var createdTypeName: String? { typeName ?? recordType?.recordType }
+
+    public static func == (a: GateAction, b: GateAction) -> Bool {
+        a.kind == b.kind && a.feature == b.feature && a.typeKey == b.typeKey && a.typeName == b.typeName && a.parent == b.parent
+    }
+
+    public func hash(into hasher: inout Hasher) {
+        hasher.combine(kind)
+        hasher.combine(feature)
+        hasher.combine(typeKey)
+        hasher.combine(typeName)
+        hasher.combine(parent)
+    }
 
     /// Creating a record of `type`, inside `parent` for per-parent limits.
     public static func create<R: Record>(_ type: R.Type, in parent: RecordID? = nil) -> GateAction {
-        GateAction(kind: .create, feature: nil, typeKey: ObjectIdentifier(type), typeName: nil, parent: parent)
+        GateAction(kind: .create, feature: nil, typeKey: ObjectIdentifier(type), typeName: nil, parent: parent, recordType: type)
     }
 
     /// Creating a record of the stored type `name` (schema-driven code such as the CLI).

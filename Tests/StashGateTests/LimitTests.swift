@@ -27,6 +27,22 @@ import Testing
         for n in 0..<5 { #expect(f.create(Item(homeID: home, name: "pro \(n)")) == nil) }
     }
 
+    /// Limits given by stored name (as schema-driven code writes them) never matched a typed
+    /// creation: a free user got one home more than the limit, then every creation anywhere
+    /// was denied as over the limit, and the per-home limit was skipped altogether.
+    @Test func limitsByNameApplyToTypedCreations() throws {
+        let f = try Fixture { $0.limits = [.maxRecords(typeNamed: "Home", 1), .maxRecords(typeNamed: "Item", 10, perField: "homeID")] }
+        #expect(f.createHome("first") == nil)
+        #expect(f.createHome("second") == .homeLimitReached)
+        let home = try #require(try f.store.fetch(FetchDescriptor<Home>()).first?.id)
+        for n in 0..<10 { #expect(f.create(Item(homeID: home, name: "item \(n)")) == nil) }
+        #expect(f.create(Item(homeID: home, name: "eleventh")) == .itemLimitReached)
+        #expect(f.gate.check(.create(Item.self, in: home)).denial == .itemLimitReached)
+        #expect(f.gate.check(.create(typeNamed: "Item", in: home)).denial == .itemLimitReached)
+        #expect(try f.store.count(Item.self) == 10)
+        #expect(try f.store.count(Home.self) == 1)
+    }
+
     @Test func downgradeKeepsViewAndEditButDeniesAllCreation() throws {
         let f = try Fixture()
         try f.gate.apply(try signed([Tx.subscription("t1", expires: 30 * day)]))
