@@ -97,7 +97,7 @@ public final class ClockGuard: Sendable {
     func save(in tx: StoreTransaction, threshold: Int64 = 0) throws {
         let value = highest.load(ordering: .acquiring)
         let last = saved.load(ordering: .acquiring)
-        if last != Int64.min && value - last < max(threshold, 1) { return }
+        if last != Int64.min && millisecondsBetween(value, last) < max(threshold, 1) { return }
         let stored = try tx.metadata(for: Self.metadataKey).flatMap(decodeInt64) ?? Int64.min
         if stored > value { observe(stored) }
         let newest = max(stored, value)
@@ -108,7 +108,7 @@ public final class ClockGuard: Sendable {
     /// True when the highest time seen moved by `threshold` ms or more since the last save.
     func needsSave(threshold: Int64) -> Bool {
         let last = saved.load(ordering: .acquiring)
-        return last == Int64.min || highest.load(ordering: .acquiring) - last >= max(threshold, 1)
+        return last == Int64.min || millisecondsBetween(highest.load(ordering: .acquiring), last) >= max(threshold, 1)
     }
 
     private func raiseSaved(to value: Int64) {

@@ -259,6 +259,28 @@ struct AccessSummary: Sendable, Equatable {
 
 /// Milliseconds since 1970 of `date`, rounded down (with a microsecond of slack for the
 /// binary representation of whole milliseconds).
+/// `a - b` in milliseconds, saturating: instants from a snapshot or the store may be anywhere
+/// in the range (a hostile or damaged value must not trap every launch).
+func millisecondsBetween(_ a: Int64, _ b: Int64) -> Int64 {
+    let (difference, overflow) = a.subtractingReportingOverflow(b)
+    return overflow ? (a > b ? .max : .min) : difference
+}
+
+/// `a + b` in milliseconds, saturating.
+func millisecondsAdding(_ a: Int64, _ b: Int64) -> Int64 {
+    let (sum, overflow) = a.addingReportingOverflow(b)
+    return overflow ? (b > 0 ? .max : .min) : sum
+}
+
+/// `seconds` as milliseconds, saturating (`.infinity`: never; NaN: 0).
+func milliseconds(seconds: Double) -> Int64 {
+    guard !seconds.isNaN else { return 0 }
+    let value = (seconds * 1000).rounded()
+    if value >= Double(Int64.max) { return Int64.max }
+    if value <= Double(Int64.min) { return Int64.min }
+    return Int64(value)
+}
+
 func milliseconds(_ date: Date) -> Int64 {
     let value = (date.timeIntervalSince1970 * 1000 + 0.001).rounded(.down)
     if value >= Double(Int64.max) { return Int64.max }

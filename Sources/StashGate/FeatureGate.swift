@@ -139,8 +139,8 @@ public final class FeatureGate: Sendable {
         countsCache = Mutex(CountsCache(repeating: RuleCounts(), count: rules.count))
         writeParents = Mutex([GroupsOver.Base?](repeating: nil, count: rules.count))
         clockGuard = ClockGuard(wall: configuration.clock ?? store.clock)
-        maxOfflineAge = Int64((configuration.maxOfflineAge * 1000).rounded())
-        trialLength = configuration.trialLength.map { Int64(($0 * 1000).rounded()) }
+        maxOfflineAge = milliseconds(seconds: configuration.maxOfflineAge)
+        trialLength = configuration.trialLength.map { milliseconds(seconds: $0) }
         snapshotKey = "gate.snapshot." + hex(digest16("stash.gate.user", configuration.userID))
         creditsEnabled = store.schema.type(named: CreditAccount.recordType) != nil
             && store.schema.type(named: CreditOperation.recordType) != nil
@@ -350,7 +350,7 @@ public final class FeatureGate: Sendable {
         }
         var status = Entitlements.status(of: name, in: snapshot.transactions, atMilliseconds: reference)
         var reason = origin
-        if status.isActive && status.state != .lifetime && reference - milliseconds(snapshot.serverTime) > maxOfflineAge {
+        if status.isActive && status.state != .lifetime && millisecondsBetween(reference, milliseconds(snapshot.serverTime)) > maxOfflineAge {
             status = EntitlementStatus(name, .stale, expiresAt: status.expiresAt.map(milliseconds),
                                        transaction: snapshot.transactions.first { $0.id == status.transactionID })
             reason = .stale
@@ -373,13 +373,13 @@ public final class FeatureGate: Sendable {
         if state.summary.lifetime {
             access.isPremium = true
         } else if reference < state.summary.timeLimitedEnd {
-            if reference - state.serverTime > maxOfflineAge { access.reason = .stale } else { access.isPremium = true }
+            if millisecondsBetween(reference, state.serverTime) > maxOfflineAge { access.reason = .stale } else { access.isPremium = true }
         }
         if !access.isPremium && state.summary.trialEnd != Int64.min && reference >= state.summary.trialEnd {
             access.trialEnded = true
         }
         if let trialLength, state.firstLaunch != Int64.min {
-            if reference < state.firstLaunch &+ trialLength {
+            if reference < millisecondsAdding(state.firstLaunch, trialLength) {
                 access.isPremium = true
                 access.trialEnded = false
             } else if !access.isPremium {
@@ -405,12 +405,12 @@ public final class FeatureGate: Sendable {
         let reference = clockGuard.referenceMilliseconds
         let state = hot.withLock { $0 }
         var ends: [(Int64, TrialStatus.Source)] = []
-        if let trialLength, state.firstLaunch != Int64.min { ends.append((state.firstLaunch &+ trialLength, .firstLaunch)) }
+        if let trialLength, state.firstLaunch != Int64.min { ends.append((millisecondsAdding(state.firstLaunch, trialLength), .firstLaunch)) }
         if state.summary.trialEnd != Int64.min { ends.append((state.summary.trialEnd, .purchase)) }
         guard let (end, source) = ends.max(by: { $0.0 < $1.0 }) else {
             return TrialStatus(state: .none, endsAt: nil, remaining: 0, source: nil)
         }
-        let remaining = max(0, TimeInterval(end - reference) / 1000)
+        let remaining = max(0, TimeInterval(millisecondsBetween(end, reference)) / 1000)
         return TrialStatus(state: reference < end ? .active : .expired, endsAt: dateFromMilliseconds(end),
                            remaining: reference < end ? remaining : 0, source: source)
     }

@@ -48,6 +48,23 @@ import Testing
         #expect(f.gate.tier == .free)
     }
 
+    /// Instants at the ends of the range (a server sending its "unknown" minimum as the
+    /// server time, a damaged store) and an infinite offline allowance trapped: every launch
+    /// crashed while such a snapshot was cached. Differences saturate now.
+    @Test func extremeInstantsAndAllowancesDoNotTrap() throws {
+        let f = try Fixture(start: instant(0)) { $0.maxOfflineAge = .infinity; $0.trialLength = .infinity }
+        try f.gate.apply(try signed([Tx.subscription("t1", expires: 30 * day)], server: 0))
+        #expect(f.gate.tier == .premium)
+        f.clock.set(instant(29 * day))
+        #expect(f.gate.tier == .premium, "never stale with an infinite allowance")
+        #expect(f.gate.trialStatus().state == .active)
+        let g = try Fixture(start: instant(0))
+        try g.gate.apply(try signed([Tx.subscription("t1", expires: 30 * day)], server: .min))
+        #expect(g.gate.entitlement().reason == .stale)
+        #expect(g.gate.tier == .free)
+        #expect(try g.relaunch().tier == .free)
+    }
+
     @Test func theGateHonoursTheExactExpiryInstant() throws {
         let expiry = 10 * day + 345
         let f = try Fixture(start: instant(0))
