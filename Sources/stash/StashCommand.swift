@@ -12,6 +12,30 @@ struct StashCommand: AsyncParsableCommand {
                       Stat.self, Verify.self, History.self,
                       Sync.self, ExportDelta.self, ImportDelta.self, Peers.self, Gate.self]
     )
+
+    static func main() async {
+        openStandardDescriptors()
+        do {
+            var command = try parseAsRoot()
+            if var asynchronous = command as? any AsyncParsableCommand {
+                try await asynchronous.run()
+            } else {
+                try command.run()
+            }
+        } catch {
+            exit(withError: error)
+        }
+    }
+}
+
+/// Opens /dev/null on standard input, output or error when the tool was started with it
+/// closed. The store's files would otherwise take the lowest free descriptors, and what the
+/// tool prints (results, progress, errors) would be written into `data.mdb` or `lock.mdb`.
+func openStandardDescriptors() {
+    for descriptor: Int32 in 0...2 where fcntl(descriptor, F_GETFD) == -1 {
+        let opened = open("/dev/null", descriptor == 0 ? O_RDONLY : O_WRONLY)
+        if opened >= 0 && opened != descriptor { close(opened) }   // the lowest free one is `descriptor`
+    }
 }
 
 /// The one-line error and exit code every command uses.

@@ -4,6 +4,27 @@ import Testing
 import StashTestSupport
 
 @Suite(.serialized) struct CLITests {
+    /// Started with its output and error descriptors closed (as some supervisors do), the
+    /// tool's store files took descriptors 1 and 2, and what it printed went into them: the
+    /// record id into `data.mdb` or `lock.mdb`. They are opened on /dev/null first now.
+    @Test func closedOutputDescriptorsDoNotReachTheStoreFiles() throws {
+        let dir = TemporaryDirectory()
+        let store = try StashCLI.makeStore(in: dir)
+        for n in 0..<3 {
+            let process = Process()
+            process.executableURL = URL(fileURLWithPath: "/bin/sh")
+            process.arguments = ["-c", #"exec "$0" put "$1" Home "{\"name\": \"$2\"}" >&- 2>&-"#, StashExecutable.url.path, store, "home \(n)"]
+            try process.run()
+            process.waitUntilExit()
+            #expect(process.terminationStatus == 0)
+        }
+        let opened = try Store.open(at: store)
+        #expect(try opened.read { try $0.count(typeNamed: "Home") } == 3)
+        #expect(try opened.verify().isClean)
+        let verify = try StashCLI.run("verify", store)
+        #expect(verify.status == 0, "\(verify.stdout) \(verify.stderr)")
+    }
+
     /// `history --follow` whose `--limit` the existing entries already reach printed them and
     /// then waited for the next commit before exiting.
     @Test func historyFollowEndsAtItsLimit() throws {
