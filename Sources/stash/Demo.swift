@@ -27,6 +27,10 @@ struct Demo: ParsableCommand {
     @Option(help: "Use this directory instead of a temporary one (kept afterwards).") var directory: String?
     @Option(help: "Items per home.") var items: Int = 40
 
+    func validate() throws {
+        guard (0...1_000_000).contains(items) else { throw ValidationError("--items must be 0...1000000, not \(items)") }
+    }
+
     func run() throws {
         try runCommand {
             let temporary = directory == nil

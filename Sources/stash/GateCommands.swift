@@ -57,6 +57,15 @@ struct Gate: ParsableCommand {
     @Option(name: .customLong("repeat"), help: "create: this many creations, one transaction each.") var repetitions = 1
     @Option(name: .customLong("start-when"), help: "create: open the store, then wait until this file exists (lines up racing processes).") var startSignal: String?
 
+    func validate() throws {
+        for (name, value) in [("--max-offline-days", maxOfflineDays), ("--trial-days", trialDays ?? 0)] where value.isNaN || value < 0 {
+            throw ValidationError("\(name) must be a number of days, 0 or more (inf: no limit), not \(value)")
+        }
+        for (name, value) in [("--max-homes", maxHomes), ("--max-items", maxItems), ("--repeat", repetitions)] where value < 0 {
+            throw ValidationError("\(name) must be 0 or more, not \(value)")
+        }
+    }
+
     func run() throws {
         try runCommand {
             if verb == .demo {

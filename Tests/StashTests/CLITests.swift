@@ -25,6 +25,18 @@ import StashTestSupport
         #expect(verify.status == 0, "\(verify.stdout) \(verify.stderr)")
     }
 
+    /// Out-of-range numbers crashed the tool (a negative count of items, a NaN or infinite
+    /// number of days); they are refused with one line saying what is expected.
+    @Test func outOfRangeNumbersAreRefusedNotCrashedOn() throws {
+        let dir = TemporaryDirectory()
+        let store = try StashCLI.makeStore(in: dir)
+        for arguments in [["demo", "--items=-1"], ["gate", store, "status", "--max-offline-days=nan"], ["gate", store, "status", "--max-items=-2"]] {
+            let result = try StashCLI.run(arguments)
+            #expect(result.status == 64, "\(arguments): \(result.status) \(result.stderr)")
+            #expect(result.stderr.contains("must be"), "\(arguments): \(result.stderr)")
+        }
+    }
+
     /// `history --follow` whose `--limit` the existing entries already reach printed them and
     /// then waited for the next commit before exiting.
     @Test func historyFollowEndsAtItsLimit() throws {
