@@ -86,39 +86,52 @@ func genericRecord(type: TypeSchema, json: JSONValue) throws -> GenericRecord {
 
 struct Load: ParsableCommand {
     static let configuration = CommandConfiguration(
-        abstract: "Insert or replace records from JSON lines (one object per line), in batched transactions.",
-        discussion: "Every line is checked before anything is written; a bad line stops the load with its line number and writes nothing.")
+        abstract: "Insert or replace records from JSON lines (one object per line), in one transaction.",
+        discussion: """
+        Every line is checked before anything is written, and all records are written in one transaction: \
+        a bad line, or a record the store refuses (a unique value taken, say), stops the load with its line \
+        number and writes nothing. With --batch N, every N records commit on their own: a refusal then keeps \
+        the batches before it, and the error says how many records were committed.
+        """)
 
     @Argument(help: "The store directory.") var directory: String
     @Argument(help: "The record type.") var type: String
     @Argument(help: "A JSON-lines file, or - for standard input.") var file: String
-    @Option(help: "Records per write transaction.") var batch: Int = 1000
+    @Option(help: "Commit every N records (default: all in one transaction).") var batch: Int?
 
     func run() throws {
         try runCommand {
-            guard batch > 0 else { throw CommandFailure(message: "--batch must be at least 1") }
+            if let batch, batch < 1 { throw CommandFailure(message: "--batch must be at least 1") }
             let store = try openExisting(directory)
             let typeSchema = try requireType(store, type)
             let data: Data
             if file == "-" { data = FileHandle.standardInput.readDataToEndOfFile() }
             else if let contents = FileManager.default.contents(atPath: file) { data = contents }
             else { throw CommandFailure(message: "cannot read \(file)") }
-            var records: [GenericRecord] = []
+            var records: [(line: Int, record: GenericRecord)] = []
             for (n, line) in String(decoding: data, as: UTF8.self).split(separator: "\n", omittingEmptySubsequences: false).enumerated() {
                 let text = line.trimmingCharacters(in: .whitespaces)
                 if text.isEmpty { continue }
-                do { records.append(try genericRecord(type: typeSchema, json: try JSONValue.parse(text))) }
+                do { records.append((n + 1, try genericRecord(type: typeSchema, json: try JSONValue.parse(text)))) }
                 catch { throw CommandFailure(message: "\(file) line \(n + 1): \(error)") }
             }
+            let size = batch ?? max(records.count, 1)
             var written = 0
             while written < records.count {
-                let slice = records[written..<min(records.count, written + batch)]
-                try store.write(author: "cli") { tx in for record in slice { try tx.put(record) } }
-                written += slice.count
-                if written % 10_000 < slice.count || written == records.count {
-                    FileHandle.standardError.write(Data("loaded \(written)/\(records.count)\n".utf8))
+                let slice = records[written..<min(records.count, written + size)]
+                try store.write(author: "cli") { tx in
+                    for (n, (line, record)) in slice.enumerated() {
+                        do { try tx.put(record) } catch {
+                            let kept = written == 0 ? "nothing was written" : "the first \(written) records were committed (batches of \(size))"
+                            throw CommandFailure(message: "\(file) line \(line): \(error); \(kept)")
+                        }
+                        let done = written + n + 1
+                        if done % 10_000 == 0 { FileHandle.standardError.write(Data("loaded \(done)/\(records.count)\n".utf8)) }
+                    }
                 }
+                written += slice.count
             }
+            if !records.isEmpty { FileHandle.standardError.write(Data("loaded \(written)/\(records.count)\n".utf8)) }
             printLine("\(written)")
         }
     }

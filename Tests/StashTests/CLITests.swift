@@ -158,6 +158,26 @@ import StashTestSupport
         #expect(try StashCLI.run("history", store).stdout.split(separator: "\n").count == 8)  // ceil(50 / 7)
     }
 
+    /// A record the store refuses (here a unique name taken by an earlier line) failed the
+    /// load after the batches before it were committed, although the help promised that a
+    /// failed load writes nothing, and the error named no line. The load is one transaction
+    /// now; with --batch the error says what was committed.
+    @Test func aRefusedRecordFailsTheWholeLoad() throws {
+        let dir = TemporaryDirectory()
+        let store = try StashCLI.makeStore(in: dir)
+        let homeID = RecordID().description
+        var lines = (0..<30).map { #"{"homeID": "\#(homeID)", "name": "item \#($0)", "wearCount": \#($0)}"# }
+        lines[24] = #"{"homeID": "\#(homeID)", "name": "item 3", "wearCount": 0}"#
+        let all = try StashCLI.run("load", store, "Item", "-", stdin: lines.joined(separator: "\n"))
+        #expect(all.status != 0)
+        #expect(all.stderr.contains("line 25") && all.stderr.contains("nothing was written"), "\(all.stderr)")
+        #expect(try StashCLI.run("count", store, "Item").stdout == "0\n")
+        let batched = try StashCLI.run("load", store, "Item", "-", "--batch", "10", stdin: lines.joined(separator: "\n"))
+        #expect(batched.status != 0)
+        #expect(batched.stderr.contains("line 25") && batched.stderr.contains("the first 20 records were committed"), "\(batched.stderr)")
+        #expect(try StashCLI.run("count", store, "Item").stdout == "20\n")
+    }
+
     @Test func demoRunsTheWholeStory() throws {
         let result = try StashCLI.run("demo")
         #expect(result.status == 0, "\(result.stderr)")
