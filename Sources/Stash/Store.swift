@@ -4,7 +4,9 @@ import Synchronization
 
 /// Options for opening a ``Store``.
 public struct StoreOptions: Sendable {
-    /// Commit durability (see ``Durability``). Default `.full`.
+    /// Commit durability (see ``Durability``). Default `.full`. Opening a directory that this
+    /// process already has open shares its environment: commits then have the strongest
+    /// durability any of the opens asked for.
     public var durability: Durability = .full
     /// The first LMDB map size; it grows by itself. Default 64 MiB.
     public var initialMapSize: Int = 64 << 20

@@ -11,6 +11,15 @@ public enum Durability: String, Sendable, Codable, CaseIterable {
     /// with a filesystem that reorders writes, corrupt the store. Throwaway stores only.
     case none
 
+    /// How much a power cut may cost, in order: none < relaxed < full.
+    var strength: Int {
+        switch self {
+        case .none: return 0
+        case .relaxed: return 1
+        case .full: return 2
+        }
+    }
+
     var flags: UInt32 {
         switch self {
         case .full: return 0

@@ -59,9 +59,32 @@ public final class Environment: @unchecked Sendable {
                             detail: "check that the parent directory exists and is writable")
         }
         let canonical = URL(fileURLWithPath: path).resolvingSymlinksInPath().standardizedFileURL.path
-        return try EnvironmentRegistry.shared.open(canonical) { () throws(LMDBError) in
+        let environment = try EnvironmentRegistry.shared.open(canonical) { () throws(LMDBError) in
             try Environment(canonicalPath: canonical, configuration: configuration)
         }
+        try environment.raiseDurability(to: configuration.durability)
+        return environment
+    }
+
+    /// The durability commits have now: the strongest any opener of this directory in this
+    /// process asked for (see ``raiseDurability(to:)``).
+    public var durability: Durability {
+        var flags: UInt32 = 0
+        mdb_env_get_flags(env, &flags)
+        if flags & UInt32(MDB_NOSYNC) != 0 { return .none }
+        if flags & UInt32(MDB_NOMETASYNC) != 0 { return .relaxed }
+        return .full
+    }
+
+    /// Makes commits at least as durable as `wanted`. The sync flags are the environment's,
+    /// shared by every opener of the directory in this process: a second open asking for
+    /// more durability than the first gets it (and so does the first), never less than it
+    /// asked for. LMDB lets these flags change on an open environment; a commit running at
+    /// that moment keeps the flags it started syncing with.
+    func raiseDurability(to wanted: Durability) throws(LMDBError) {
+        guard wanted.strength > durability.strength else { return }
+        try check(mdb_env_set_flags(env, UInt32(MDB_NOSYNC) | UInt32(MDB_NOMETASYNC), 0), "mdb_env_set_flags", path)
+        if wanted.flags != 0 { try check(mdb_env_set_flags(env, wanted.flags, 1), "mdb_env_set_flags", path) }
     }
 
     private init(canonicalPath: String, configuration: EnvironmentConfiguration) throws(LMDBError) {

@@ -70,6 +70,24 @@ import StashTestSupport
         #expect(!FileIdentity(inode: first.inode &+ 1, birth: nil).isSameFile(as: first))
     }
 
+    /// A second open of a directory this process has open shares its environment. It kept the
+    /// first open's sync flags: a store opened for `.full` durability after a `.none` open of
+    /// the same directory committed without syncing. The strongest durability asked for wins.
+    @Test func aSecondOpenNeverGetsLessDurabilityThanItAskedFor() throws {
+        let dir = TemporaryDirectory()
+        let first = try Environment.open(path: dir.path, configuration: EnvironmentConfiguration(databases: [DatabaseSpec("main")], durability: .none))
+        #expect(first.durability == .none)
+        let second = try Environment.open(path: dir.path, configuration: EnvironmentConfiguration(durability: .relaxed))
+        #expect(second.durability == .relaxed && first.durability == .relaxed)
+        let third = try Environment.open(path: dir.path, configuration: EnvironmentConfiguration(durability: .full))
+        #expect(third.durability == .full)
+        let fourth = try Environment.open(path: dir.path, configuration: EnvironmentConfiguration(durability: .none))
+        #expect(fourth.durability == .full, "never lowered")
+        let main = try fourth.database("main")
+        try fourth.write { txn in try txn.put(main, key: [1], value: [2]) }
+        #expect(try first.read { try $0.get(main, key: [1]) } == [2])
+    }
+
     @Test func dataSurvivesReopen() throws {
         let dir = TemporaryDirectory()
         do {
