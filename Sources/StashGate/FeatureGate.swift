@@ -238,16 +238,21 @@ public final class FeatureGate: Sendable {
         let serverTime = milliseconds(snapshot.serverTime)
         clockGuard.observe(serverTime)
         let summary = AccessSummary(configuration.premiumEntitlement, snapshot.transactions)
+        // Monotone, and both states from one snapshot: two installs racing (an apply and the
+        // update poller, two applies) left the older snapshot in force, or the cached and the
+        // hot state from different snapshots. The hot lock is taken inside the cache lock
+        // here only, and nowhere the other way round.
         cache.withLock { state in
+            if let current = state.snapshot, current.sequence > snapshot.sequence { return }
             if state.snapshot != snapshot { state.generation += 1 }
             state.snapshot = snapshot
             state.rejection = nil
             state.storedBytes = storedBytes
-        }
-        hot.withLock { state in
-            state.summary = summary
-            state.serverTime = serverTime
-            state.origin = origin
+            hot.withLock { state in
+                state.summary = summary
+                state.serverTime = serverTime
+                state.origin = origin
+            }
         }
     }
 
@@ -299,7 +304,12 @@ public final class FeatureGate: Sendable {
                     clockGuard.observe(milliseconds(snapshot.serverTime))
                     try clockGuard.save(in: tx)
                 }
-                if creditsEnabled { try creditPurchases(snapshot, in: tx) }
+                if creditsEnabled {
+                    // Credit bookkeeping never vetoes the entitlement: with the account deleted
+                    // (it cannot be made again), a snapshot holding any pack was refused, a new
+                    // subscription included. Spends and grants still say what is wrong.
+                    do { try creditPurchases(snapshot, in: tx) } catch let error as GateError where error.code == .storage {}
+                }
             }
         } catch let error as StoreError {
             throw GateError(.storage, "gate: cannot cache the snapshot in store \(store.path): \(error.message)", underlying: error)

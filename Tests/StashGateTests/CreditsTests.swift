@@ -6,6 +6,21 @@ import Testing
 
 /// Credits: free credits on first use, purchases, idempotent spends, convergence.
 @Suite struct CreditsTests {
+    /// With the credit account deleted (a "delete all data" loop, or a delete from another
+    /// device), every later snapshot holding a credit pack was refused, so a subscription
+    /// bought afterwards was never installed. Credits stay unusable, with a clear error; the
+    /// entitlement is installed.
+    @Test func aDeletedCreditAccountDoesNotBlockSnapshots() throws {
+        let f = try Fixture()
+        try f.gate.apply(try signed([Tx.pack("p1", credits: 10)], sequence: 1))
+        #expect(f.gate.credits() == 13)
+        #expect(try f.store.write { tx in try tx.delete(CreditAccount.self, id: f.gate.creditAccountID) })
+        try f.gate.apply(try signed([Tx.pack("p1", credits: 10), Tx.subscription("t1", expires: 365 * day)], sequence: 2))
+        #expect(f.gate.tier == .premium)
+        #expect(f.gate.snapshot?.sequence == 2)
+        #expect { try f.gate.spendCredit(operationID: "after") } throws: { ($0 as? GateError)?.code == .storage }
+    }
+
     @Test func freeCreditsThenSpendsUntilEmpty() throws {
         let f = try Fixture()
         #expect(f.gate.credits() == 3)   // before first use: the free credits

@@ -5,6 +5,29 @@ import Testing
 
 /// Signed snapshots: verification, caching in the store, replay and tamper rejection.
 @Suite struct SnapshotTests {
+    /// Snapshots applied from several threads at once: each install happened after its own
+    /// transaction, unordered, so a slower install of an older snapshot could win over a newer
+    /// one and stay in force (with the cached and the hot state from different snapshots).
+    /// Whatever the interleaving, the newest applied snapshot is the one in force.
+    @Test func concurrentAppliesLeaveTheNewestInForce() async throws {
+        for round in 0..<20 {
+            let f = try Fixture()
+            let envelopes = try (1...60).map { try signed([Tx.subscription("t\($0)", expires: Int64($0) * day)], sequence: UInt64($0)) }
+            let gate = f.gate
+            await withTaskGroup(of: Void.self) { group in
+                for worker in 0..<4 {
+                    group.addTask {
+                        for envelope in envelopes.enumerated().filter({ $0.offset % 4 == worker }).map(\.element) {
+                            _ = try? gate.apply(envelope)
+                        }
+                    }
+                }
+            }
+            #expect(gate.snapshot?.sequence == 60, "round \(round)")
+            #expect(gate.entitlement().status.expiresAt == instant(60 * day), "round \(round)")
+        }
+    }
+
     @Test func appliedSnapshotIsVerifiedThenCachedAndReadAtOpen() throws {
         let f = try Fixture()
         #expect(f.gate.entitlement().reason == .default)
