@@ -279,8 +279,10 @@ public final class FeatureGate: Sendable {
         }
         let inMemory = cache.withLock { $0.snapshot }
         let key = snapshotKey
+        var loweredFirstLaunch: Int64?
         do {
             try store.write(author: "gate") { tx in
+                loweredFirstLaunch = nil
                 var newest = inMemory
                 if let stored = try tx.metadata(for: key), case .success(let cached) = validate(stored),
                    cached.sequence > newest?.sequence ?? 0 || newest == nil {
@@ -299,7 +301,14 @@ public final class FeatureGate: Sendable {
                     // A newer answer of the server: its time is the authority a clock once set
                     // ahead yields to (the first snapshot is only observed: nothing vouches
                     // that it is not an old one replayed).
-                    try clockGuard.settle(at: milliseconds(snapshot.serverTime), in: tx)
+                    let settled = milliseconds(snapshot.serverTime)
+                    try clockGuard.settle(at: settled, in: tx)
+                    // A first launch recorded past the server's time (a clock set ahead at
+                    // install) would hold a local trial open until real time got there.
+                    if let first = try tx.metadata(for: Self.firstLaunchKey).flatMap(decodeInt64), first > settled {
+                        try tx.setMetadata(encodeInt64(settled), for: Self.firstLaunchKey)
+                        loweredFirstLaunch = settled
+                    }
                 } else {
                     clockGuard.observe(milliseconds(snapshot.serverTime))
                     try clockGuard.save(in: tx)
@@ -315,6 +324,7 @@ public final class FeatureGate: Sendable {
             throw GateError(.storage, "gate: cannot cache the snapshot in store \(store.path): \(error.message)", underlying: error)
         }
         install(snapshot, storedBytes: bytes, origin: .verified)
+        if let loweredFirstLaunch { hot.withLock { $0.firstLaunch = min($0.firstLaunch, loweredFirstLaunch) } }
         return entitlement()
     }
 

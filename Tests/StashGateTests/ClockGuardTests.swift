@@ -65,6 +65,21 @@ import Testing
         #expect(try g.relaunch().tier == .free)
     }
 
+    /// The clock set a year ahead at install, then put right: the first launch was recorded a
+    /// year ahead, so a 7-day local trial stayed open for a year. A newer snapshot brings the
+    /// first launch down to its server time with the clock.
+    @Test func aFirstLaunchRecordedAheadComesDownWithTheClock() throws {
+        let f = try Fixture(start: instant(365 * day)) { $0.trialLength = 7 * Double(day / 1000) }
+        f.clock.set(instant(0))
+        try f.gate.apply(try signed([], sequence: 1, server: 0))
+        try f.gate.apply(try signed([], sequence: 2, server: day))
+        #expect(f.gate.firstLaunch == instant(day))
+        f.clock.set(instant(9 * day))
+        #expect(f.gate.trialStatus().state == .expired)
+        #expect(f.gate.tier == .free)
+        #expect(try f.relaunch().trialStatus().state == .expired)
+    }
+
     @Test func theGateHonoursTheExactExpiryInstant() throws {
         let expiry = 10 * day + 345
         let f = try Fixture(start: instant(0))
