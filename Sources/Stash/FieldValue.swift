@@ -108,12 +108,17 @@ public enum JSONValue: Codable, Hashable, Sendable {
         case .null: try c.encodeNil()
         case .bool(let b): try c.encode(b)
         case .int(let i): try c.encode(i)
+        case .double(let d) where !d.isFinite: try c.encode(Self.nonFiniteNames[d.isNaN ? 0 : d < 0 ? 2 : 1])
         case .double(let d): try c.encode(d)
         case .string(let s): try c.encode(s)
         case .array(let a): try c.encode(a)
         case .object(let o): try c.encode(o)
         }
     }
+
+    /// How NaN and the infinities print (JSON has no numbers for them): as these strings,
+    /// which ``FieldValue/fromJSON(_:kind:field:)`` reads back for a double field.
+    static let nonFiniteNames = ["NaN", "Infinity", "-Infinity"]
 
     /// Parses JSON text.
     /// - Throws: ``StoreError`` (`.invalidValue`) with the parser's reason.
@@ -122,7 +127,9 @@ public enum JSONValue: Codable, Hashable, Sendable {
         catch { throw StoreError(.invalidValue, "malformed JSON: \(describe(error))") }
     }
 
-    /// Compact JSON text with sorted keys (stable output for dumps and diffs).
+    /// Compact JSON text with sorted keys (stable output for dumps and diffs). NaN and the
+    /// infinities print as "NaN", "Infinity" and "-Infinity" (before, the whole value
+    /// printed as null).
     public var text: String {
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
@@ -146,6 +153,8 @@ extension FieldValue {
         case (.int, _): throw bad("an integer")
         case (.double, .int(let i)): return .double(Double(i))
         case (.double, .double(let d)): return .double(d)
+        case (.double, .string(let s)) where JSONValue.nonFiniteNames.contains(s):
+            return .double(s == "NaN" ? .nan : s == "Infinity" ? .infinity : -.infinity)
         case (.double, _): throw bad("a number")
         case (.string, .string(let s)): return .string(s)
         case (.string, _): throw bad("a string")
