@@ -339,6 +339,8 @@ public final class SyncEngine: Sendable {
         if SchemaFingerprint.of(schema) == delta.schemaFingerprint { return nil }
         for entry in delta.entries {
             guard let type = schema.type(named: entry.type) else { return "unknown type \(entry.type)" }
+            // Local-only here: the merge leaves it out, so nothing of it can stand in the way.
+            if type.localOnly { continue }
             // A field required here without a default (added while this store held no record of
             // the type) that a source on an older schema never wrote: typed reads of the merged
             // record would fail. The record here may have it, and then the merge keeps it.

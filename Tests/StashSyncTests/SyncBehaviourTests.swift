@@ -849,6 +849,22 @@ import StashTestSupport
         #expect(try a.sync(with: b).sentEntries == 0, "sent once")
     }
 
+    /// A delta holding records of a type that is local-only here (synced at the source, with a
+    /// field this schema lacks) was parked for that field, and held back everything else from
+    /// the source, although the merge leaves such records out anyway.
+    @Test func aTypeLocalOnlyHereDoesNotParkADelta() throws {
+        let dir = TemporaryDirectory()
+        let a = try Device.open(dir.sub("a"), family: family, types: syncTypes.filter { $0 != DeviceSecret.self } + [SyncedSecretWithNote.self])
+        let b = try Device.open(dir.sub("b"), family: family)
+        try a.store.insert(SyncedSecretWithNote(value: "v", note: "n"))
+        let note = Note(title: "from a", body: "")
+        try a.store.insert(note)
+        let report = try a.sync(with: b)
+        #expect(report.parked.isEmpty && b.engine.parkedDeltas().isEmpty, "\(report)")
+        #expect(try b.store.get(Note.self, id: note.id) == note)
+        #expect(try b.store.read { try $0.count(typeNamed: "DeviceSecret") } == 0)
+    }
+
     /// A parked delta that fails when retried holds back its own source only: the parked
     /// deltas of other sources are still applied once the schema knows their types.
     @Test func aFailingParkedDeltaHoldsBackItsSourceOnly() throws {
@@ -978,4 +994,12 @@ private struct SyncedSecret: Record, Equatable {
     static let recordType = "DeviceSecret"
     var id = RecordID()
     var value: String
+}
+
+/// `DeviceSecret` synced, and with a note, in another app's schema.
+private struct SyncedSecretWithNote: Record, Equatable {
+    static let recordType = "DeviceSecret"
+    var id = RecordID()
+    var value: String
+    var note: String
 }
