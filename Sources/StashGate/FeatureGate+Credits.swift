@@ -111,9 +111,15 @@ extension FeatureGate {
     /// Adds `amount` credits once per `grantID` (a purchase id, a promotion): granting the
     /// same id again, here or on another device, adds nothing. - Returns: false when the
     /// grant was already there.
+    /// - Throws: `.invalidConfiguration` for the ids the gate keeps for itself ("free", and
+    ///   "purchase:…" for snapshot packs): such a grant would merge with the gate's own and
+    ///   add only the difference.
     @discardableResult
     public func grantCredits(_ amount: Int, grantID: String, in tx: StoreTransaction) throws -> Bool {
         try requireCredits()
+        if grantID == "free" || grantID.hasPrefix("purchase:") {
+            throw GateError(.invalidConfiguration, "gate: grant id '\(grantID)' is one the gate keeps for itself (\"free\", \"purchase:…\"); give the grant an id of its own, such as \"promo:\(grantID)\"")
+        }
         var account = try ensureAccount(in: tx)
         guard setGrant(&account.credits, grantID, increments: Int64(amount), decrements: 0) else { return false }
         try tx.update(account)

@@ -21,6 +21,21 @@ import Testing
         #expect { try f.gate.spendCredit(operationID: "after") } throws: { ($0 as? GateError)?.code == .storage }
     }
 
+    /// A grant under an id the gate uses itself merged with the gate's grant: "free" with 5
+    /// added only 2 to the 3 free credits, and "purchase:p1" none to a pack of 10. Refused now.
+    @Test func grantIDsOfTheGateItselfAreRefused() throws {
+        let f = try Fixture()
+        try f.gate.apply(try signed([Tx.pack("p1", credits: 10)], sequence: 1))
+        for id in ["free", "purchase:p1"] {
+            #expect {
+                try f.store.write { tx in try f.gate.grantCredits(5, grantID: id, in: tx) }
+            } throws: { ($0 as? GateError)?.code == .invalidConfiguration }
+        }
+        #expect(f.gate.credits() == 13)
+        #expect(try f.store.write { tx in try f.gate.grantCredits(5, grantID: "promo:free", in: tx) })
+        #expect(f.gate.credits() == 18)
+    }
+
     @Test func freeCreditsThenSpendsUntilEmpty() throws {
         let f = try Fixture()
         #expect(f.gate.credits() == 3)   // before first use: the free credits
