@@ -109,7 +109,7 @@ struct Load: ParsableCommand {
             else if let contents = FileManager.default.contents(atPath: file) { data = contents }
             else { throw CommandFailure(message: "cannot read \(file)") }
             var records: [(line: Int, record: GenericRecord)] = []
-            for (n, line) in String(decoding: data, as: UTF8.self).split(separator: "\n", omittingEmptySubsequences: false).enumerated() {
+            for (n, line) in String(decoding: data, as: UTF8.self).split(omittingEmptySubsequences: false, whereSeparator: { $0 == "\n" || $0 == "\r\n" }).enumerated() {
                 let text = line.trimmingCharacters(in: .whitespaces)
                 if text.isEmpty { continue }
                 do { records.append((n + 1, try genericRecord(type: typeSchema, json: try JSONValue.parse(text)))) }

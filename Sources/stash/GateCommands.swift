@@ -124,7 +124,7 @@ struct Gate: ParsableCommand {
         var keys: [String: [UInt8]] = [:]
         for file in keyFiles {
             guard let data = FileManager.default.contents(atPath: file) else { throw CommandFailure(message: "cannot read key file \(file)") }
-            for (n, raw) in String(decoding: data, as: UTF8.self).split(separator: "\n").enumerated() {
+            for (n, raw) in String(decoding: data, as: UTF8.self).split(whereSeparator: { $0 == "\n" || $0 == "\r\n" }).enumerated() {
                 let line = raw.trimmingCharacters(in: .whitespaces)
                 if line.isEmpty || line.hasPrefix("#") { continue }
                 let (id, secret) = line.firstIndex(of: "=").map { (String(line[..<$0]), String(line[line.index(after: $0)...])) }

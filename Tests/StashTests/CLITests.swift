@@ -215,6 +215,19 @@ import StashTestSupport
         #expect(try StashCLI.run("count", store, "Item").stdout == "20\n")
     }
 
+    /// A JSON-lines file with Windows line ends was one line to `load` (Swift reads "\r\n" as
+    /// one character, which a split at "\n" never meets), so it failed on line 1.
+    @Test func loadReadsWindowsLineEnds() throws {
+        let dir = TemporaryDirectory()
+        let store = try StashCLI.makeStore(in: dir)
+        let homeID = RecordID().description
+        let lines = (0..<5).map { #"{"homeID": "\#(homeID)", "name": "crlf \#($0)", "wearCount": \#($0)}"# }
+        let result = try StashCLI.run("load", store, "Item", "-", stdin: lines.joined(separator: "\r\n") + "\r\n")
+        #expect(result.status == 0, "\(result.stderr)")
+        #expect(result.stdout == "5\n")
+        #expect(try StashCLI.run("count", store, "Item").stdout == "5\n")
+    }
+
     @Test func demoRunsTheWholeStory() throws {
         let result = try StashCLI.run("demo")
         #expect(result.status == 0, "\(result.stderr)")
