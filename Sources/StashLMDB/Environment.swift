@@ -27,6 +27,10 @@ import Synchronization
 ///   no transaction of this process is open, and the closure runs again. So a write closure
 ///   may run more than once: keep side effects outside the store out of it.
 /// - `MDB_MAP_RESIZED` (another process grew the map) is absorbed the same way.
+/// - A resize waits for every transaction of this process to end. A write started inside a
+///   read closure cannot wait for it (the read would never end): when the map must grow, such
+///   a write throws ``LMDBError/Code/mapFull`` (or `mapResized`) naming the path, and the
+///   writes of other threads grouped with it still commit.
 ///
 /// ## Topics
 /// - ``read(_:)``, ``write(_:)``, ``database(_:)``, ``info()``, ``checkReaders()``
@@ -181,7 +185,13 @@ public final class Environment: @unchecked Sendable {
             }
             gate.leave()
             if rc == MDB_MAP_RESIZED {
-                do { try adoptResizedMap() } catch { pool.give(handle); throw error }
+                let adopted: Bool
+                do { adopted = try adoptResizedMap() } catch { pool.give(handle); throw error }
+                guard adopted else {
+                    pool.give(handle)
+                    throw LMDBError(code: .mapResized, operation: "begin read transaction", path: path,
+                                    detail: "another process grew the map while this thread holds a transaction; end it and retry")
+                }
                 continue
             }
             if rc == MDB_READERS_FULL, clearStaleReaders() > 0 { continue }
@@ -216,7 +226,7 @@ public final class Environment: @unchecked Sendable {
         try writer.refuseNested(path: path)
         return try withoutActuallyEscaping(body) { body in
             var result: R?
-            let request = PendingWrite { txn in result = try body(txn) }
+            let request = PendingWrite(thread: currentThreadID()) { txn in result = try body(txn) }
             queue.submit(request) { batch in commitGroup(batch) }
             if let error = request.error { throw error }
             guard let result else {
@@ -230,68 +240,99 @@ public final class Environment: @unchecked Sendable {
     var waitingWrites: Int { queue.waiting }
 
     /// Commits `batch` as one LMDB transaction (the calling thread leads the group), or each
-    /// request on its own when the group as a whole cannot commit. Sets every request's outcome.
+    /// request on its own when the group as a whole cannot commit. Claims and settles every
+    /// request, except when the map must grow and this thread is inside a read transaction:
+    /// then its own request is refused and the others are left queued for the next leader
+    /// (this thread cannot wait for the resize, which waits for its read).
     private func commitGroup(_ batch: [PendingWrite]) {
         do {
             try writer.lock(path: path)
         } catch {
-            for request in batch { request.error = error }
+            for request in queue.claim(batch) { request.error = error }
             return
         }
         defer { writer.unlock() }
         if writesSinceReaderCheck.add(batch.count, ordering: .relaxed).newValue & 1023 < batch.count { clearStaleReaders() }
-        if batch.count > 1 {
-            do {
-                try commitTogether(batch)
-                return
-            } catch {
-                // The group as a whole failed (a nested commit or the shared commit): nothing
-                // of it is on disk. Each request runs again in its own transaction below, and
-                // gets its own outcome.
+        do {
+            if batch.count > 1 {
+                do {
+                    try commitTogether(batch)
+                    return
+                } catch let refusal as ResizeRefusal {
+                    throw refusal
+                } catch {
+                    // The group as a whole failed (a nested commit or the shared commit):
+                    // nothing of it is on disk. Each request runs again in its own
+                    // transaction below, and gets its own outcome.
+                }
             }
-        }
-        for request in batch {
-            do {
-                try commitAlone(request)
-                request.error = nil
-            } catch {
-                request.error = error
-            }
+            for request in batch { try commitAlone(request) }
+        } catch let refusal as ResizeRefusal {
+            let me = currentThreadID()
+            for request in queue.claim(batch.filter { $0.thread == me }) { request.error = refusal.error }
+        } catch {
+            // commitAlone settles its request's errors itself; only a refusal reaches here.
+            for request in queue.claim(batch) { request.error = error }
         }
     }
 
-    /// Runs one request in its own transaction; a map-full condition grows the map and reruns it.
-    private func commitAlone(_ request: PendingWrite) throws {
+    /// Runs one request in its own transaction; a map-full condition grows the map and reruns
+    /// it. Sets the request's outcome, unless it was refused before it ran.
+    /// - Throws: ``ResizeRefusal`` only (the request is left queued then).
+    private func commitAlone(_ request: PendingWrite) throws(ResizeRefusal) {
         while true {
             let handle = TransactionHandle()
-            try beginWrite(handle)
+            do {
+                try beginWrite(handle)
+            } catch let error as ResizeRefusal {
+                throw error
+            } catch {
+                if queue.claim(request) { request.error = error }
+                return
+            }
+            guard queue.claim(request) else {
+                abort(handle)   // refused while this thread waited to begin
+                return
+            }
             do {
                 try request.body(WriteTransaction(handle: handle, path: path))
                 if handle.sawMapFull { throw LMDBError(code: .mapFull, operation: "write", path: path) }
-                if try commit(handle) { return }
+                if try commit(handle) {
+                    request.error = nil
+                    return
+                }
+                // The commit itself reported MDB_MAP_FULL: grow below.
             } catch {
                 abort(handle)
-                if handle.sawMapFull || (error as? LMDBError)?.code == .mapFull {
-                    try growMap()
-                    continue
+                guard handle.sawMapFull || (error as? LMDBError)?.code == .mapFull else {
+                    request.error = error
+                    return
                 }
-                throw error
             }
-            try growMap()   // the commit itself reported MDB_MAP_FULL
+            queue.unclaim([request])
+            do {
+                try growMap()
+            } catch let error as ResizeRefusal {
+                throw error
+            } catch {
+                if queue.claim(request) { request.error = error }
+                return
+            }
         }
     }
 
     /// Runs every request of `batch` in a nested transaction of one shared transaction and
     /// commits that once. A request that throws keeps its error and leaves no change behind.
-    /// Throws when the group itself fails (nothing is committed then); a map-full condition
-    /// grows the map and runs the whole group again.
+    /// Throws when the group itself fails (nothing is committed then, and the requests are
+    /// left queued); a map-full condition grows the map and runs the group again.
     private func commitTogether(_ batch: [PendingWrite]) throws {
         while true {
             let parent = TransactionHandle()
             try beginWrite(parent)
+            let claimed = queue.claim(batch)
             var mapFull = false
             do {
-                for request in batch {
+                for request in claimed {
                     var child: OpaquePointer?
                     try check(mdb_txn_begin(env, parent.txn, 0, &child), "mdb_txn_begin (nested)", path)
                     let handle = TransactionHandle()
@@ -327,9 +368,11 @@ public final class Environment: @unchecked Sendable {
                 }
             } catch {
                 abort(parent)
+                queue.unclaim(claimed)
                 throw error
             }
             abort(parent)
+            queue.unclaim(claimed)
             if mapFull { try growMap() }
         }
     }
@@ -354,7 +397,10 @@ public final class Environment: @unchecked Sendable {
         gate.leave()
     }
 
-    private func beginWrite(_ handle: TransactionHandle) throws(LMDBError) {
+    /// Begins a top-level write transaction.
+    /// - Throws: ``ResizeRefusal`` when another process grew the map and this thread, inside
+    ///   a read transaction, cannot wait to adopt the new size; ``LMDBError`` otherwise.
+    private func beginWrite(_ handle: TransactionHandle) throws {
         while true {
             gate.enter()
             var txn: OpaquePointer?
@@ -365,7 +411,7 @@ public final class Environment: @unchecked Sendable {
             }
             gate.leave()
             if rc == MDB_MAP_RESIZED {
-                try adoptResizedMap()
+                guard try adoptResizedMap() else { throw ResizeRefusal(error: refusal(code: .mapResized, "another process grew the map")) }
                 continue
             }
             throw LMDBError(code: .init(rawValue: rc), operation: "begin write transaction", path: path)
@@ -374,13 +420,23 @@ public final class Environment: @unchecked Sendable {
 
     // MARK: Map size
 
-    /// Doubles the map once no transaction of this process is open (LMDB rule 2).
-    private func growMap() throws(LMDBError) {
-        let refusal = {
-            LMDBError(code: .mapFull, operation: "grow map", path: self.path,
-                      detail: "this thread holds a read transaction, so the map cannot grow now; run the write outside the read closure")
-        }
-        try gate.exclusive(refusal: refusal) { () throws(LMDBError) in
+    /// The error of a write that cannot go on because the map must be resized while its
+    /// caller's thread is inside a read transaction of this process.
+    private func refusal(code: LMDBError.Code, _ why: String) -> LMDBError {
+        LMDBError(code: code, operation: "write", path: path,
+                  detail: "\(why) and a resize waits for every transaction of this process to end, but this write was started inside a read; run the write outside the read closure")
+    }
+
+    /// Doubles the map once no transaction of this process is open (LMDB rule 2). While it
+    /// waits, writes queued by threads inside a read are refused: they would wait for the
+    /// resize, and the resize for their reads.
+    /// - Throws: ``ResizeRefusal`` when this thread itself is inside a read transaction;
+    ///   ``LMDBError`` (`mapLimit`) when the map reached `maximumMapSize`.
+    private func growMap() throws {
+        let refused = refusal(code: .mapFull, "the map is full")
+        let grown: Void? = try gate.exclusive(whileWaiting: { [queue] isHolder in
+            queue.refuse(where: isHolder, error: refused)
+        }) { () throws(LMDBError) in
             var info = MDB_envinfo()
             mdb_env_info(env, &info)
             let current = info.me_mapsize
@@ -391,17 +447,19 @@ public final class Environment: @unchecked Sendable {
             let next = min(configuration.maximumMapSize, current * 2)
             try check(mdb_env_set_mapsize(env, next), "mdb_env_set_mapsize", path)
         }
+        if grown == nil { throw ResizeRefusal(error: refused) }
     }
 
-    /// Another process grew the map: adopt its size (`mdb_env_set_mapsize(env, 0)`).
-    private func adoptResizedMap() throws(LMDBError) {
-        let refusal = {
-            LMDBError(code: .mapResized, operation: "adopt map size", path: self.path,
-                      detail: "another process grew the map while this thread holds a transaction; end it and retry")
-        }
-        try gate.exclusive(refusal: refusal) { () throws(LMDBError) in
+    /// Another process grew the map: adopt its size (`mdb_env_set_mapsize(env, 0)`) once no
+    /// transaction of this process is open, refusing meanwhile the writes queued by threads
+    /// inside a read. Returns false, adopting nothing, when this thread is inside a transaction.
+    private func adoptResizedMap() throws(LMDBError) -> Bool {
+        let refused = refusal(code: .mapResized, "another process grew the map")
+        return try gate.exclusive(whileWaiting: { [queue] isHolder in
+            queue.refuse(where: isHolder, error: refused)
+        }) { () throws(LMDBError) in
             try check(mdb_env_set_mapsize(env, 0), "mdb_env_set_mapsize(0)", path)
-        }
+        } != nil
     }
 
     // MARK: Maintenance and statistics
@@ -537,17 +595,26 @@ final class TransactionGate: @unchecked Sendable {
         condition.unlock()
     }
 
-    /// Runs `body` once no transaction of this process is open.
-    /// - Throws: `refusal()` when the calling thread itself holds a transaction.
-    func exclusive<R>(refusal: () -> LMDBError, _ body: () throws(LMDBError) -> R) throws(LMDBError) -> R {
+    /// Runs `body` once no transaction of this process is open, and returns its result; returns
+    /// nil without running it when the calling thread itself holds a transaction (it would wait
+    /// for itself).
+    ///
+    /// While it waits, every 2 ms `whileWaiting` gets a test of "this thread holds a
+    /// transaction" (under the gate's lock: it must not enter the gate), so the caller can
+    /// release threads that hold a transaction and wait for this resize.
+    func exclusive<R>(whileWaiting: ((UInt) -> Bool) -> Void, _ body: () throws(LMDBError) -> R) throws(LMDBError) -> R? {
         condition.lock()
         if holderIndex(currentThreadID()) != nil {
             condition.unlock()
-            throw refusal()
+            return nil
         }
         while resizing { condition.wait() }
         resizing = true
-        while active > 0 { condition.wait() }
+        while active > 0 {
+            if !condition.wait(until: Date(timeIntervalSinceNow: 0.002)), active > 0 {
+                whileWaiting { thread in holderIndex(thread) != nil }
+            }
+        }
         condition.unlock()
         defer {
             condition.lock()
@@ -557,6 +624,12 @@ final class TransactionGate: @unchecked Sendable {
         }
         return try body()
     }
+}
+
+/// A map resize this thread cannot wait for: it holds a read transaction, which the resize
+/// waits for. Carries the error its own write gets.
+struct ResizeRefusal: Error {
+    let error: LMDBError
 }
 
 /// The process's single-writer lock, which knows its owner thread to report nested writes.

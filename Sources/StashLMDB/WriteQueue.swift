@@ -2,16 +2,30 @@ import Foundation
 
 /// One caller's write, waiting to be committed (see ``Environment/write(_:)``).
 final class PendingWrite: @unchecked Sendable {
+    /// Where the write stands. Changed under the queue's lock only.
+    enum State {
+        /// Waiting to run, or to run again after its group was rolled back.
+        case queued
+        /// Taken by the leader: its closure runs, or its changes wait in the leader's open
+        /// transaction. Only the leader settles it.
+        case claimed
+        /// Settled: the caller may return.
+        case done
+    }
+
     /// The caller's closure. It runs on the thread leading the group while the caller waits
     /// in ``WriteQueue/submit(_:lead:)``, so the caller's stack outlives every use of it; the
-    /// leader drops it before the caller returns (it wraps a non-escaping closure).
+    /// write is settled (and the closure dropped) before the caller returns.
     private var work: ((WriteTransaction) throws -> Void)?
-    /// Set by the leader: nil once the write is committed, the reason otherwise.
+    /// The caller's thread (`pthread_self`), to recognize a caller inside a read transaction.
+    let thread: UInt
+    /// Set by the leader while it holds the write: nil once committed, the reason otherwise.
+    /// Set by ``WriteQueue/refuse(where:error:)`` for a write refused before it ran.
     var error: (any Error)?
-    /// Set (under the queue's lock) once the leader has finished with this write.
-    fileprivate(set) var done = false
+    fileprivate(set) var state = State.queued
 
-    init(_ body: @escaping (WriteTransaction) throws -> Void) {
+    init(thread: UInt, _ body: @escaping (WriteTransaction) throws -> Void) {
+        self.thread = thread
         work = body
     }
 
@@ -20,10 +34,10 @@ final class PendingWrite: @unchecked Sendable {
         try work?(txn)
     }
 
-    /// Marks the write finished and lets go of the closure. Called under the queue's lock.
+    /// Marks the write settled and lets go of the closure. Called under the queue's lock.
     fileprivate func finish() {
         work = nil
-        done = true
+        state = .done
     }
 }
 
@@ -31,9 +45,16 @@ final class PendingWrite: @unchecked Sendable {
 /// commit): a caller that finds no commit in progress leads one, taking every write queued
 /// so far; callers that arrive meanwhile wait, and the first of them to wake leads the next
 /// group with all of them.
+///
+/// A write is claimed by the leader before its closure runs and stays claimed until the
+/// leader's transaction commits or rolls back. A write that is not claimed can be refused by
+/// another thread (``refuse(where:error:)``): a map resize does so for the writes of
+/// threads inside a read, which would otherwise wait for the resize while it waits for them.
 final class WriteQueue: @unchecked Sendable {
     private let condition = NSCondition()
     private var pending: [PendingWrite] = []
+    /// The group the leader is committing.
+    private var inFlight: [PendingWrite] = []
     private var leading = false
     /// Size of the last group: how many writers are active right now.
     private var lastGroup = 1
@@ -45,31 +66,96 @@ final class WriteQueue: @unchecked Sendable {
         return pending.count
     }
 
-    /// Queues `request` and returns once it is done, having led a group with `lead` if no
-    /// other thread did. `lead` must set every request's outcome.
+    /// Queues `request` and returns once it is settled, having led a group with `lead` if no
+    /// other thread did. `lead` claims and settles the requests it commits or fails; those it
+    /// leaves queued (a leader that cannot grow the map hands them on) go back to the head of
+    /// the queue for the next leader.
     func submit(_ request: PendingWrite, lead: ([PendingWrite]) -> Void) {
         condition.lock()
         pending.append(request)
-        while leading && !request.done { condition.wait() }
-        if request.done {
+        while true {
+            while leading && request.state != .done { condition.wait() }
+            if request.state == .done {
+                condition.unlock()
+                return
+            }
+            // No commit in progress and this request still queued: lead a group.
+            leading = true
+            gatherWriters()
+            let batch = pending
+            pending.removeAll(keepingCapacity: true)
+            inFlight = batch
+            lastGroup = batch.count
             condition.unlock()
-            return
+
+            lead(batch)
+
+            condition.lock()
+            var handedOn = 0
+            for request in batch {
+                switch request.state {
+                case .claimed: request.finish()
+                case .queued:
+                    pending.insert(request, at: handedOn)
+                    handedOn += 1
+                case .done: break
+                }
+            }
+            inFlight.removeAll(keepingCapacity: true)
+            leading = false
+            condition.broadcast()
+            // Unless this request was handed on too, it is settled.
         }
-        // No commit in progress and this request still queued: lead a group.
-        leading = true
-        gatherWriters()
-        let batch = pending
-        pending.removeAll(keepingCapacity: true)
-        lastGroup = batch.count
-        condition.unlock()
+    }
 
-        lead(batch)
-
+    /// Claims the requests of `requests` that are still queued (refused ones are left out)
+    /// and returns them; the caller (the leader) must settle them.
+    func claim(_ requests: [PendingWrite]) -> [PendingWrite] {
         condition.lock()
-        for request in batch { request.finish() }
-        leading = false
-        condition.broadcast()
+        defer { condition.unlock() }
+        var claimed: [PendingWrite] = []
+        claimed.reserveCapacity(requests.count)
+        for request in requests where request.state == .queued {
+            request.state = .claimed
+            claimed.append(request)
+        }
+        return claimed
+    }
+
+    /// Claims `request` if it is still queued; false when it was refused meanwhile.
+    func claim(_ request: PendingWrite) -> Bool {
+        condition.lock()
+        defer { condition.unlock() }
+        guard request.state == .queued else { return false }
+        request.state = .claimed
+        return true
+    }
+
+    /// Puts claimed requests back to queued: the leader rolled their changes back and will
+    /// run them again, and meanwhile they may be refused.
+    func unclaim(_ requests: [PendingWrite]) {
+        condition.lock()
+        for request in requests where request.state == .claimed { request.state = .queued }
         condition.unlock()
+    }
+
+    /// Settles with `error` every queued (not claimed) request, waiting or in the group being
+    /// committed, whose caller's thread satisfies `isCaught`, and wakes their callers.
+    /// - Returns: how many requests were refused.
+    @discardableResult
+    func refuse(where isCaught: (UInt) -> Bool, error: any Error) -> Int {
+        condition.lock()
+        defer { condition.unlock() }
+        var refused = 0
+        for request in pending + inFlight where request.state == .queued && isCaught(request.thread) {
+            request.error = error
+            request.finish()
+            refused += 1
+        }
+        guard refused > 0 else { return 0 }
+        pending.removeAll { $0.state == .done }
+        condition.broadcast()
+        return refused
     }
 
     /// When the last group had several writers, they were just woken by its end and are about

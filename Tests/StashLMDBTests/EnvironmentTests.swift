@@ -510,6 +510,122 @@ import StashTestSupport
         #expect(try env.read { try $0.get(main, key: b("big")) }?.count == big.count)
     }
 
+    /// A thread inside a read starts a write while another thread's write waits to grow the
+    /// map for that read to end. The queued write waits for the growing one, which waits for
+    /// the read: the queued write must be refused with a typed error instead, and the growing
+    /// write must commit once the read ends.
+    @Test func writeInsideAReadWhileAnotherThreadGrowsTheMapDoesNotDeadlock() throws {
+        let dir = TemporaryDirectory()
+        let env = try openEnvironment(dir.path, mapSize: 1 << 20, durability: .none)
+        let main = try env.database("main")
+        let readOpen = DispatchSemaphore(value: 0)
+        let finished = DispatchSemaphore(value: 0)
+        let outcomes = Failures()
+        let reader = Thread {
+            do {
+                try env.read { _ in
+                    readOpen.signal()
+                    Thread.sleep(forTimeInterval: 0.3)   // the writer now waits to grow the map
+                    do {
+                        try env.write { txn in try txn.put(main, key: b("small"), value: b("s")) }
+                        outcomes.add("reader: committed")
+                    } catch let error as LMDBError {
+                        outcomes.add("reader: LMDBError \(error.code == .mapFull) \(error)")
+                    }
+                }
+            } catch { outcomes.add("reader: other error \(error)") }
+            finished.signal()
+        }
+        let writer = Thread {
+            readOpen.wait()
+            do {
+                try env.write { txn in try txn.put(main, key: b("big"), value: [UInt8](repeating: 2, count: 4 << 20)) }
+                outcomes.add("writer: committed")
+            } catch { outcomes.add("writer: \(error)") }
+            finished.signal()
+        }
+        reader.start()
+        writer.start()
+        let first = finished.wait(timeout: .now() + 20)
+        let second = finished.wait(timeout: .now() + 20)
+        #expect(first == .success && second == .success, "a write inside a read deadlocked with a map resize: \(outcomes.all)")
+        guard first == .success && second == .success else { return }
+        let all = outcomes.all
+        #expect(all.contains("writer: committed"), "\(all)")
+        let readerOutcome = all.first { $0.hasPrefix("reader:") } ?? ""
+        try env.read { txn throws in
+            #expect(try txn.get(main, key: b("big"))?.count == 4 << 20)
+            if readerOutcome == "reader: committed" {
+                #expect(try txn.get(main, key: b("small")) == b("s"))
+            } else {
+                #expect(readerOutcome.hasPrefix("reader: LMDBError true") && readerOutcome.contains(env.path), "\(readerOutcome)")
+                #expect(try txn.get(main, key: b("small")) == nil, "a refused write left its change")
+            }
+        }
+    }
+
+    /// A write from a thread inside a read joins a group with a write that needs a bigger
+    /// map. Whichever thread leads the group, the other writer's change must commit (before,
+    /// the group either deadlocked or failed it with the reader's error), and the write of
+    /// the thread inside the read is refused without leaving its change.
+    @Test func groupWithAWriteFromInsideAReadStillGrowsTheMap() throws {
+        let dir = TemporaryDirectory()
+        let env = try openEnvironment(dir.path, mapSize: 1 << 20, durability: .none)
+        let main = try env.database("main")
+        let slowStarted = DispatchSemaphore(value: 0)
+        let finished = DispatchSemaphore(value: 0)
+        let outcomes = Failures()
+        let slow = Thread {
+            do {
+                try env.write { txn in
+                    try txn.put(main, key: b("slow"), value: b("w"))
+                    slowStarted.signal()
+                    slowStarted.signal()
+                    Thread.sleep(forTimeInterval: 0.3)   // the two others queue meanwhile
+                }
+            } catch { outcomes.add("slow: \(error)") }
+            finished.signal()
+        }
+        let reader = Thread {
+            slowStarted.wait()
+            do {
+                try env.read { _ in
+                    do {
+                        try env.write { txn in try txn.put(main, key: b("small"), value: b("s")) }
+                        outcomes.add("reader: committed")
+                    } catch let error as LMDBError where error.code == .mapFull {
+                        outcomes.add("reader: refused")
+                    }
+                    Thread.sleep(forTimeInterval: 0.1)
+                }
+            } catch { outcomes.add("reader: other error \(error)") }
+            finished.signal()
+        }
+        let grower = Thread {
+            slowStarted.wait()
+            Thread.sleep(forTimeInterval: 0.05)
+            do {
+                try env.write { txn in try txn.put(main, key: b("big"), value: [UInt8](repeating: 2, count: 4 << 20)) }
+                outcomes.add("grower: committed")
+            } catch { outcomes.add("grower: \(error)") }
+            finished.signal()
+        }
+        slow.start()
+        reader.start()
+        grower.start()
+        let results = (0..<3).map { _ in finished.wait(timeout: .now() + 20) }
+        #expect(results.allSatisfy { $0 == .success }, "a group with a write from inside a read deadlocked: \(outcomes.all)")
+        guard results.allSatisfy({ $0 == .success }) else { return }
+        let all = outcomes.all
+        #expect(all.contains("grower: committed"), "\(all)")
+        #expect(all.contains("reader: committed") || all.contains("reader: refused"), "\(all)")
+        try env.read { txn throws in
+            #expect(try txn.get(main, key: b("slow")) == b("w"))
+            #expect(try txn.get(main, key: b("big"))?.count == 4 << 20)
+            #expect((try txn.get(main, key: b("small")) == b("s")) == all.contains("reader: committed"))
+        }
+    }
+
     /// A thread inside a read opens a nested read while another thread waits to grow the
     /// map (for that outer read to end): the nested read must not wait for the growth.
     @Test func nestedReadWhileAnotherThreadGrowsTheMapDoesNotDeadlock() throws {
