@@ -138,13 +138,25 @@ public enum JSONValue: Codable, Hashable, Sendable {
 }
 
 extension FieldValue {
-    /// Converts JSON to a field value of `kind` (nil: infer, for nested values).
+    /// Converts JSON to a field value of `kind` (nil: infer, for nested values and fields of
+    /// no kind yet). Reads what ``json(as:)`` prints, so a printed record reads back equal.
+    ///
+    /// Without a kind, a one-key object whose key is a tag reads as the tagged value:
+    /// `{"$date": "2026-11-24T02:45:00.25Z"}`, `{"$dateSince2001": 785555100.25}`,
+    /// `{"$bytes": "<base64>"}`, `{"$uuid": "…"}`, `{"$double": 3}` (a double that JSON would
+    /// read as an integer, or "NaN"), and `{"$map": {…}}` (a map whose only key starts with
+    /// "$"). Any other object is a map, any other string a string. A field of a known kind
+    /// also reads its own kind's tag.
     /// - Throws: ``StoreError`` (`.invalidValue`) naming `field` when the JSON does not fit.
     public static func fromJSON(_ json: JSONValue, kind: FieldKind?, field: String) throws -> FieldValue {
         func bad(_ expected: String) -> StoreError {
             StoreError(.invalidValue, "field '\(field)' expects \(expected), got \(json.text)")
         }
         if case .null = json { return .null }
+        if case .object(let members) = json, members.count == 1, let (tag, inner) = members.first, tag.hasPrefix("$"),
+           let tagged = try taggedValue(tag, inner, field: field), kind == nil || tagged.kind == kind {
+            return tagged
+        }
         switch (kind, json) {
         case (.bool, .bool(let b)): return .bool(b)
         case (.bool, _): throw bad("true or false")
@@ -186,35 +198,121 @@ extension FieldValue {
         }
     }
 
-    /// JSON for this value: bytes as base64, dates as ISO 8601, UUIDs as lowercase text.
-    public var json: JSONValue {
+    /// The value of a one-key tag object (see ``fromJSON(_:kind:field:)``); nil for a key that
+    /// is no tag (the object is then a map).
+    private static func taggedValue(_ tag: String, _ inner: JSONValue, field: String) throws -> FieldValue? {
+        func bad(_ expected: String) -> StoreError {
+            StoreError(.invalidValue, "field '\(field)': \(tag) expects \(expected), got \(inner.text)")
+        }
+        func number() -> Double? {
+            switch inner {
+            case .int(let i): return Double(i)
+            case .double(let d): return d
+            case .string(let s) where JSONValue.nonFiniteNames.contains(s): return s == "NaN" ? .nan : s == "Infinity" ? .infinity : -.infinity
+            default: return nil
+            }
+        }
+        switch tag {
+        case "$double":
+            guard let d = number() else { throw bad("a number") }
+            return .double(d)
+        case "$dateSince2001":
+            guard let d = number() else { throw bad("seconds since 2001") }
+            return .date(Date(timeIntervalSinceReferenceDate: d))
+        case "$date":
+            guard case .string(let s) = inner, let d = parseISO8601(s) else { throw bad("an ISO 8601 date") }
+            return .date(d)
+        case "$bytes":
+            guard case .string(let s) = inner, let d = Data(base64Encoded: s) else { throw bad("base64 text") }
+            return .bytes(d)
+        case "$uuid":
+            guard case .string(let s) = inner, let u = UUID(uuidString: s) else { throw bad("a UUID") }
+            return .uuid(u)
+        case "$map":
+            guard case .object(let o) = inner else { throw bad("an object") }
+            return .map(try o.mapValues { try fromJSON($0, kind: nil, field: field) })
+        default:
+            return nil
+        }
+    }
+
+    /// JSON for this value as a field of its own kind (see ``json(as:)``).
+    public var json: JSONValue { json(as: kind) }
+
+    /// JSON for this value as a field of `kind`, which ``fromJSON(_:kind:field:)`` with the same
+    /// kind reads back equal (every bit of a date or a double included).
+    ///
+    /// A value of `kind` prints plainly: bytes as base64, UUIDs as lowercase text, dates as
+    /// ISO 8601 with as many decimals as the date needs to read back exactly (none for a
+    /// whole second), NaN and the infinities as "NaN", "Infinity", "-Infinity". Values JSON
+    /// cannot tell apart without a kind (inside arrays and maps, in a field of no kind or
+    /// of another kind) print as a tag object: `{"$date": …}`, `{"$bytes": …}`,
+    /// `{"$uuid": …}`, `{"$double": …}` for a whole or non-finite double, `{"$map": …}` for
+    /// a map whose only key starts with "$".
+    public func json(as kind: FieldKind?) -> JSONValue {
+        let plain = kind != nil && kind == self.kind
         switch self {
         case .null: return .null
         case .bool(let b): return .bool(b)
         case .int(let i): return .int(i)
-        case .double(let d): return .double(d)
+        case .double(let d):
+            return plain || (d.isFinite && d.rounded() != d) ? .double(d) : .object(["$double": .double(d)])
         case .string(let s): return .string(s)
-        case .bytes(let d): return .string(d.base64EncodedString())
-        case .uuid(let u): return .string(u.uuidString.lowercased())
-        case .date(let d): return .string(formatISO8601(d))
-        case .array(let a): return .array(a.map(\.json))
-        case .map(let m): return .object(m.mapValues(\.json))
+        case .bytes(let d): return plain ? .string(d.base64EncodedString()) : .object(["$bytes": .string(d.base64EncodedString())])
+        case .uuid(let u): return plain ? .string(u.uuidString.lowercased()) : .object(["$uuid": .string(u.uuidString.lowercased())])
+        case .date(let d):
+            guard let text = exactISO8601(d) else { return .object(["$dateSince2001": .double(d.timeIntervalSinceReferenceDate)]) }
+            return plain ? .string(text) : .object(["$date": .string(text)])
+        case .array(let a): return .array(a.map { $0.json(as: nil) })
+        case .map(let m):
+            let object = JSONValue.object(m.mapValues { $0.json(as: nil) })
+            return m.count == 1 && m.keys.first!.hasPrefix("$") ? .object(["$map": object]) : object
         }
     }
 }
 
+/// Parses an ISO 8601 date and time with a zone ("Z" or "+01:00") and any number of decimals
+/// of a second, to the `Date` nearest to what it says (exactly what ``exactISO8601(_:)`` printed).
 func parseISO8601(_ text: String) -> Date? {
+    // The decimals are read apart: the formatter keeps only milliseconds.
+    var wholeText = text
+    var decimals = ""
+    if let t = text.firstIndex(where: { $0 == "T" || $0 == "t" }), let dot = text[t...].firstIndex(where: { $0 == "." || $0 == "," }) {
+        let digitsEnd = text[text.index(after: dot)...].firstIndex(where: { !$0.isASCII || !$0.isNumber }) ?? text.endIndex
+        decimals = String(text[text.index(after: dot)..<digitsEnd])
+        guard !decimals.isEmpty else { return nil }
+        wholeText = String(text[..<dot] + text[digitsEnd...])
+    }
     let f = ISO8601DateFormatter()
-    f.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
-    if let d = f.date(from: text) { return d }
     f.formatOptions = [.withInternetDateTime]
-    return f.date(from: text)
+    guard let whole = f.date(from: wholeText) else { return nil }
+    let seconds = whole.timeIntervalSinceReferenceDate   // whole seconds: zones are whole minutes
+    guard !decimals.isEmpty else { return whole }
+    guard let exact = Decimal(string: "0." + decimals).map({ Decimal(Int64(seconds)) + $0 }),
+          let value = Double(exact.description) else { return nil }
+    return Date(timeIntervalSinceReferenceDate: value)
 }
 
-func formatISO8601(_ date: Date) -> String {
+/// ISO 8601 in UTC with the fewest decimals of a second that read back as exactly `date`
+/// (``parseISO8601(_:)``); nil when the date has no such form (not finite, or out of the
+/// calendar's range).
+func exactISO8601(_ date: Date) -> String? {
+    let seconds = date.timeIntervalSinceReferenceDate
+    guard seconds.isFinite, abs(seconds) < 1e14 else { return nil }
+    let whole = seconds.rounded(.down)
+    // The shortest decimal that reads back as `seconds`, minus its whole seconds: exact in Decimal.
+    guard let shortest = Decimal(string: "\(seconds)") else { return nil }
+    let fraction = shortest - Decimal(Int64(whole))
     let f = ISO8601DateFormatter()
-    f.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
-    return f.string(from: date)
+    f.formatOptions = [.withInternetDateTime]
+    var text = f.string(from: Date(timeIntervalSinceReferenceDate: whole))
+    if fraction != 0 {
+        let digits = fraction.description.drop { $0 != "." }.dropFirst()
+        guard !digits.isEmpty, text.hasSuffix("Z") else { return nil }
+        text.removeLast()
+        text += "." + digits + "Z"
+    }
+    return parseISO8601(text)?.timeIntervalSinceReferenceDate.bitPattern == seconds.bitPattern ? text : nil
 }
 
 /// One line for an error of any kind: our own messages verbatim, Codable errors summarized.

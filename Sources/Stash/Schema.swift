@@ -197,10 +197,19 @@ public struct GenericRecord: Sendable, Equatable {
         self.fields = fields
     }
 
-    /// JSON object with `id` first-class, fields by name.
+    /// JSON object with `id` first-class, fields by name, each as a field of its own kind.
     public var json: JSONValue {
         var object = fields.mapValues(\.json)
         object["id"] = .string(id.description)
         return .object(object)
+    }
+
+    /// The fields as a JSON object, each as a field of its kind in `type`
+    /// (``FieldValue/json(as:)``): what ``FieldValue/fromJSON(_:kind:field:)`` reads back
+    /// equal with that schema, even for fields of no kind yet.
+    public func fieldsJSON(as type: TypeSchema) -> [String: JSONValue] {
+        var object: [String: JSONValue] = [:]
+        for (name, value) in fields { object[name] = value.json(as: type.field(named: name)?.kind) }
+        return object
     }
 }

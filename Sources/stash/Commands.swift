@@ -64,6 +64,15 @@ func genericRecord(type: TypeSchema, json: JSONValue) throws -> GenericRecord {
     guard case .object(let members) = json else {
         throw CommandFailure(message: "a record must be a JSON object, like {\"name\": \"Lamp\"}")
     }
+    // A line of `stash dump`: {"type": …, "id": …, "fields": {…}}.
+    if members.count == 3, case .string(let typeName)? = members["type"], case .object(var inner)? = members["fields"],
+       let id = members["id"], type.field(named: "fields") == nil, type.field(named: "type") == nil, inner["id"] == nil {
+        guard typeName == type.name else {
+            throw CommandFailure(message: "a dumped \(typeName) record, not \(type.name); dump one type with `stash dump DIR \(type.name)`")
+        }
+        inner["id"] = id
+        return try genericRecord(type: type, json: .object(inner))
+    }
     var id = RecordID()
     var fields: [String: FieldValue] = [:]
     for (name, value) in members {
@@ -88,6 +97,8 @@ struct Load: ParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Insert or replace records from JSON lines (one object per line), in one transaction.",
         discussion: """
+        A line is a record ({"id": …, "name": …}, the id optional) or a line of `stash dump DIR TYPE`, \
+        which reads back exactly. \
         Every line is checked before anything is written, and all records are written in one transaction: \
         a bad line, or a record the store refuses (a unique value taken, say), stops the load with its line \
         number and writes nothing. With --batch N, every N records commit on their own: a refusal then keeps \
@@ -159,7 +170,9 @@ struct Get: ParsableCommand {
             guard let record = try store.read({ try $0.get(typeNamed: type, id: recordID) }) else {
                 throw StoreError(.notFound, "store \(store.path): no \(type) with id \(id)")
             }
-            printLine(record.json.text)
+            var object = record.fieldsJSON(as: try requireType(store, type))
+            object["id"] = .string(record.id.description)
+            printLine(JSONValue.object(object).text)
         }
     }
 }
@@ -235,9 +248,10 @@ struct Dump: ParsableCommand {
             let types = try type.map { [try requireType(store, $0).name] } ?? store.schema.types.map(\.name)
             try store.read { snapshot in
                 for name in types {
+                    let schema = try requireType(store, name)
                     try snapshot.forEachRecord(typeNamed: name) { record in
                         let line = JSONValue.object(["type": .string(record.type), "id": .string(record.id.description),
-                                                     "fields": .object(record.fields.mapValues(\.json))])
+                                                     "fields": .object(record.fieldsJSON(as: schema))])
                         printLine(line.text)
                         return true
                     }
