@@ -23,14 +23,16 @@ import Synchronization
 /// - One writer at a time per process; a second writer waits. A write started on a thread
 ///   that is already inside a write throws ``LMDBError/Code/nestedWrite`` instead of
 ///   deadlocking.
-/// - `MDB_MAP_FULL` never reaches the caller: the write is aborted, the map is doubled once
+/// - `MDB_MAP_FULL` does not reach the caller: the write is aborted, the map is doubled once
 ///   no transaction of this process is open, and the closure runs again. So a write closure
 ///   may run more than once: keep side effects outside the store out of it.
 /// - `MDB_MAP_RESIZED` (another process grew the map) is absorbed the same way.
-/// - A resize waits for every transaction of this process to end. A write started inside a
-///   read closure cannot wait for it (the read would never end): when the map must grow, such
-///   a write throws ``LMDBError/Code/mapFull`` (or `mapResized`) naming the path, and the
-///   writes of other threads grouped with it still commit.
+/// - The one exception: a resize waits for every transaction of this process to end, so a
+///   write started on a thread inside a read closure cannot wait for it (the read would never
+///   end). When the map must grow, such a write throws ``LMDBError/Code/mapFull`` (or
+///   `mapResized`) naming the path, and the writes of other threads grouped with it still
+///   commit. A read closure that waits for a write on *another* thread still deadlocks: do
+///   not wait for writes inside a read.
 ///
 /// ## Topics
 /// - ``read(_:)``, ``write(_:)``, ``database(_:)``, ``info()``, ``checkReaders()``
@@ -242,8 +244,8 @@ public final class Environment: @unchecked Sendable {
     /// Commits `batch` as one LMDB transaction (the calling thread leads the group), or each
     /// request on its own when the group as a whole cannot commit. Claims and settles every
     /// request, except when the map must grow and this thread is inside a read transaction:
-    /// then its own request is refused and the others are left queued for the next leader
-    /// (this thread cannot wait for the resize, which waits for its read).
+    /// then its own request is refused and those not settled yet are left queued for the next
+    /// leader (this thread cannot wait for the resize, which waits for its read).
     private func commitGroup(_ batch: [PendingWrite]) {
         do {
             try writer.lock(path: path)
@@ -253,7 +255,7 @@ public final class Environment: @unchecked Sendable {
         }
         defer { writer.unlock() }
         if writesSinceReaderCheck.add(batch.count, ordering: .relaxed).newValue & 1023 < batch.count { clearStaleReaders() }
-        do {
+        do throws(ResizeRefusal) {
             if batch.count > 1 {
                 do {
                     try commitTogether(batch)
@@ -266,13 +268,15 @@ public final class Environment: @unchecked Sendable {
                     // transaction below, and gets its own outcome.
                 }
             }
-            for request in batch { try commitAlone(request) }
-        } catch let refusal as ResizeRefusal {
-            let me = currentThreadID()
-            for request in queue.claim(batch.filter { $0.thread == me }) { request.error = refusal.error }
+            for request in batch {
+                try commitAlone(request)
+                // Its caller may be inside a read, which a later request's resize waits for:
+                // let it go now rather than at the end of the group.
+                queue.settle(request)
+            }
         } catch {
-            // commitAlone settles its request's errors itself; only a refusal reaches here.
-            for request in queue.claim(batch) { request.error = error }
+            let me = currentThreadID()
+            for request in queue.claim(batch.filter { $0.thread == me }) { request.error = error.error }
         }
     }
 
@@ -431,7 +435,8 @@ public final class Environment: @unchecked Sendable {
     /// waits, writes queued by threads inside a read are refused: they would wait for the
     /// resize, and the resize for their reads.
     /// - Throws: ``ResizeRefusal`` when this thread itself is inside a read transaction;
-    ///   ``LMDBError`` (`mapLimit`) when the map reached `maximumMapSize`.
+    ///   ``LMDBError``: `mapLimit` when the map reached `maximumMapSize`, or the error of
+    ///   `mdb_env_set_mapsize`.
     private func growMap() throws {
         let refused = refusal(code: .mapFull, "the map is full")
         let grown: Void? = try gate.exclusive(whileWaiting: { [queue] isHolder in
@@ -548,7 +553,8 @@ public struct EnvironmentInfo: Sendable {
 ///
 /// It also knows which threads hold a transaction: such a thread never waits for a resize
 /// (the resize waits for its transaction: both would wait forever). A nested transaction
-/// on that thread goes ahead, and a resize asked for from it is refused with an error.
+/// on that thread goes ahead, and a resize asked for from it does not happen
+/// (``exclusive(whileWaiting:_:)`` returns nil).
 final class TransactionGate: @unchecked Sendable {
     private let condition = NSCondition()
     // Read and written under `condition` only, so the runtime's exclusivity checks (two per

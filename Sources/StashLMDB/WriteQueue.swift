@@ -6,8 +6,9 @@ final class PendingWrite: @unchecked Sendable {
     enum State {
         /// Waiting to run, or to run again after its group was rolled back.
         case queued
-        /// Taken by the leader: its closure runs, or its changes wait in the leader's open
-        /// transaction. Only the leader settles it.
+        /// Taken by the leader: its closure runs, its changes wait in the leader's open
+        /// transaction, or they are committed and the leader has not let its caller go yet.
+        /// Only the leader settles it.
         case claimed
         /// Settled: the caller may return.
         case done
@@ -47,15 +48,21 @@ final class PendingWrite: @unchecked Sendable {
 /// group with all of them.
 ///
 /// A write is claimed by the leader before its closure runs and stays claimed until the
-/// leader's transaction commits or rolls back. A write that is not claimed can be refused by
-/// another thread (``refuse(where:error:)``): a map resize does so for the writes of
-/// threads inside a read, which would otherwise wait for the resize while it waits for them.
+/// leader settles it (after its commit) or puts it back (after a roll-back). A write that is
+/// not claimed, and is not the leader's own, can be refused by another thread
+/// (``refuse(where:error:)``): a map resize does so for the writes of threads inside a read,
+/// which would otherwise wait for the resize while it waits for them. It may have run in an
+/// attempt rolled back before; a refused write is never committed.
 final class WriteQueue: @unchecked Sendable {
     private let condition = NSCondition()
     private var pending: [PendingWrite] = []
     /// The group the leader is committing.
     private var inFlight: [PendingWrite] = []
     private var leading = false
+    /// The thread leading the group in flight (0: none). Its own write is never refused from
+    /// outside: it holds a transaction because it writes, not because it reads, and a leader
+    /// never waits for a resize while it holds one.
+    private var leader: UInt = 0
     /// Size of the last group: how many writers are active right now.
     private var lastGroup = 1
 
@@ -85,6 +92,7 @@ final class WriteQueue: @unchecked Sendable {
             let batch = pending
             pending.removeAll(keepingCapacity: true)
             inFlight = batch
+            leader = request.thread
             lastGroup = batch.count
             condition.unlock()
 
@@ -102,6 +110,7 @@ final class WriteQueue: @unchecked Sendable {
                 }
             }
             inFlight.removeAll(keepingCapacity: true)
+            leader = 0
             leading = false
             condition.broadcast()
             // Unless this request was handed on too, it is settled.
@@ -131,6 +140,16 @@ final class WriteQueue: @unchecked Sendable {
         return true
     }
 
+    /// Lets the caller of a claimed request go: the leader has set its outcome.
+    func settle(_ request: PendingWrite) {
+        condition.lock()
+        if request.state == .claimed {
+            request.finish()
+            condition.broadcast()
+        }
+        condition.unlock()
+    }
+
     /// Puts claimed requests back to queued: the leader rolled their changes back and will
     /// run them again, and meanwhile they may be refused.
     func unclaim(_ requests: [PendingWrite]) {
@@ -147,7 +166,7 @@ final class WriteQueue: @unchecked Sendable {
         condition.lock()
         defer { condition.unlock() }
         var refused = 0
-        for request in pending + inFlight where request.state == .queued && isCaught(request.thread) {
+        for request in pending + inFlight where request.state == .queued && request.thread != leader && isCaught(request.thread) {
             request.error = error
             request.finish()
             refused += 1
