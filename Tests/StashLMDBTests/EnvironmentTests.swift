@@ -626,6 +626,70 @@ import StashTestSupport
         }
     }
 
+    /// A group whose shared transaction fails (here a closure reports a full transaction) runs
+    /// each write alone. A write from a thread inside a read, committed alone first, kept its
+    /// caller waiting until the whole group ended, while a later write of the group waited for
+    /// that read to grow the map: a deadlock. Its caller is let go as soon as it commits.
+    @Test func groupFallbackLetsACommittedWriteGoBeforeGrowingTheMap() throws {
+        let dir = TemporaryDirectory()
+        let env = try openEnvironment(dir.path, mapSize: 1 << 20, durability: .none)
+        let main = try env.database("main")
+        let slowStarted = DispatchSemaphore(value: 0)
+        let finished = DispatchSemaphore(value: 0)
+        let outcomes = Failures()
+        let slow = Thread {
+            do {
+                try env.write { txn in
+                    try txn.put(main, key: b("slow"), value: b("w"))
+                    for _ in 0..<3 { slowStarted.signal() }
+                    Thread.sleep(forTimeInterval: 0.3)   // the three others queue meanwhile
+                }
+            } catch { outcomes.add("slow: \(error)") }
+            finished.signal()
+        }
+        let reader = Thread {
+            slowStarted.wait()
+            do {
+                try env.read { _ in
+                    try env.write { txn in try txn.put(main, key: b("small"), value: b("s")) }
+                    outcomes.add("reader: committed")
+                }
+            } catch { outcomes.add("reader: \(error)") }
+            finished.signal()
+        }
+        let failing = Thread {
+            slowStarted.wait()
+            Thread.sleep(forTimeInterval: 0.03)
+            do {
+                try env.write { _ in throw LMDBError(code: .transactionFull, operation: "test", path: env.path) }
+                outcomes.add("failing: committed")
+            } catch let error as LMDBError where error.code == .transactionFull {
+                outcomes.add("failing: refused")
+            } catch { outcomes.add("failing: \(error)") }
+            finished.signal()
+        }
+        let grower = Thread {
+            slowStarted.wait()
+            Thread.sleep(forTimeInterval: 0.06)
+            do {
+                try env.write { txn in try txn.put(main, key: b("big"), value: [UInt8](repeating: 2, count: 4 << 20)) }
+                outcomes.add("grower: committed")
+            } catch { outcomes.add("grower: \(error)") }
+            finished.signal()
+        }
+        for thread in [slow, reader, failing, grower] { thread.start() }
+        let results = (0..<4).map { _ in finished.wait(timeout: .now() + 20) }
+        #expect(results.allSatisfy { $0 == .success }, "the fallback of a failed group deadlocked: \(outcomes.all)")
+        guard results.allSatisfy({ $0 == .success }) else { return }
+        let all = outcomes.all
+        #expect(all.contains("grower: committed") && all.contains("failing: refused"), "\(all)")
+        #expect(all.contains("reader: committed") || all.contains { $0.hasPrefix("reader: ") && $0.contains("inside a read") }, "\(all)")
+        try env.read { txn throws in
+            #expect(try txn.get(main, key: b("big"))?.count == 4 << 20)
+            #expect((try txn.get(main, key: b("small")) == b("s")) == all.contains("reader: committed"))
+        }
+    }
+
     /// A thread inside a read opens a nested read while another thread waits to grow the
     /// map (for that outer read to end): the nested read must not wait for the growth.
     @Test func nestedReadWhileAnotherThreadGrowsTheMapDoesNotDeadlock() throws {
