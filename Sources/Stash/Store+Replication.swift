@@ -157,6 +157,15 @@ extension StoreTransaction {
         try context.merge(state, origin: origin)
     }
 
+    /// Runs `action` once this transaction has committed, on the thread that called
+    /// ``Store/write(author:_:)``, before that call returns; never when the transaction rolls
+    /// back (a throw, here or in a later part of the closure). For memory that must follow
+    /// what is stored, such as a "saved up to" mark. Actions registered by an attempt that
+    /// ran again (the map grew) are dropped with that attempt.
+    public func afterCommit(_ action: @escaping () -> Void) {
+        context.afterCommit(action)
+    }
+
     /// Stores `value` under `key` in the metadata area (nil removes it), in this transaction.
     public func setMetadata(_ value: [UInt8]?, for key: String) throws {
         guard !key.isEmpty, key.utf8.count <= 400 else {

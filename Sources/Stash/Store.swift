@@ -179,16 +179,19 @@ public final class Store: Sendable {
     /// - Parameter author: recorded in the history entry (like Core Data's transaction author).
     public func write<R>(author: String? = nil, _ body: (StoreTransaction) throws -> R) throws -> R {
         var changedCatalog: Catalog?
+        var afterCommit: [() -> Void] = []
         let result = try storageErrors(path) {
             try env.write { txn in
                 let context = try WriteContext(store: self, txn: txn, author: author)
                 let result = try body(StoreTransaction(context: context, store: self))
                 try context.finish()
                 changedCatalog = context.changedCatalog
+                afterCommit = context.afterCommitActions
                 return result
             }
         }
         if let changedCatalog { publish(changedCatalog) }
+        for action in afterCommit { action() }
         return result
     }
 

@@ -107,6 +107,11 @@ final class WriteContext: FieldTagResolver {
     /// The new catalog when this transaction changed the schema.
     var changedCatalog: Catalog? { schemaChanged ? catalog : nil }
 
+    /// Actions to run once this transaction has committed (``StoreTransaction/afterCommit(_:)``).
+    private(set) var afterCommitActions: [() -> Void] = []
+
+    func afterCommit(_ action: @escaping () -> Void) { afterCommitActions.append(action) }
+
     func layout(_ name: String) throws -> TypeLayout { try catalog.layout(name, store: path) }
 
     // MARK: Schema growth

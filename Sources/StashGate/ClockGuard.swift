@@ -54,12 +54,12 @@ public final class ClockGuard: Sendable {
         return current
     }
 
-    /// Lowers the highest time seen to `instant` (ms), in memory and in the store: called with
-    /// the server time of a verified snapshot newer than the one in force, in the transaction
-    /// that stores that snapshot.
+    /// Lowers the highest time seen to `instant` (ms), in the store and, once `tx` commits, in
+    /// memory: called with the server time of a verified snapshot newer than the one in force,
+    /// in the transaction that stores that snapshot.
     func settle(at instant: Int64, in tx: StoreTransaction) throws {
-        lower(to: instant)
         try tx.setMetadata(encodeInt64(instant), for: Self.metadataKey)
+        tx.afterCommit { [self] in lower(to: instant) }
     }
 
     /// Takes the stored highest time as it is, lower or not: what another process settled
@@ -93,7 +93,9 @@ public final class ClockGuard: Sendable {
     }
 
     /// Writes the highest time seen when it moved by at least `threshold` ms since the last
-    /// save (never lowers the stored value, whatever other processes wrote).
+    /// save (never lowers the stored value, whatever other processes wrote). The save counts
+    /// as done once `tx` commits: a rolled-back save (a denied ``FeatureGate/authorize(_:in:)``)
+    /// is written again by the next one.
     func save(in tx: StoreTransaction, threshold: Int64 = 0) throws {
         let value = highest.load(ordering: .acquiring)
         let last = saved.load(ordering: .acquiring)
@@ -101,8 +103,12 @@ public final class ClockGuard: Sendable {
         let stored = try tx.metadata(for: Self.metadataKey).flatMap(decodeInt64) ?? Int64.min
         if stored > value { observe(stored) }
         let newest = max(stored, value)
-        if newest != stored { try tx.setMetadata(encodeInt64(newest), for: Self.metadataKey) }
-        raiseSaved(to: newest)
+        if newest == stored {
+            raiseSaved(to: stored)   // already in the store
+        } else {
+            try tx.setMetadata(encodeInt64(newest), for: Self.metadataKey)
+            tx.afterCommit { [self] in raiseSaved(to: newest) }
+        }
     }
 
     /// True when the highest time seen moved by `threshold` ms or more since the last save.

@@ -109,6 +109,19 @@ import Testing
         #expect(try f.relaunch().clockGuard.referenceTime == instant(20 * day))
     }
 
+    /// A denied creation rolls its transaction back, and with it the clock saved in it; the
+    /// gate counted that save as done, so later saves skipped it: with the clock set back, the
+    /// next launch started from the older stored time (a trial got the difference back).
+    @Test func aClockSaveRolledBackWithADeniedCreationIsWrittenAgain() throws {
+        let f = try Fixture(start: instant(0))
+        _ = try f.addHome()
+        try f.relaunch()
+        f.clock.set(instant(5 * day))
+        #expect(f.createHome() == .homeLimitReached)   // one home allowed: denied, rolled back
+        f.clock.set(instant(1 * day))
+        #expect(try f.relaunch().clockGuard.referenceTime == instant(5 * day))
+    }
+
     @Test func movedReferenceTimeIsSavedInTheBackgroundByChecks() async throws {
         let f = try Fixture(start: instant(0))
         f.clock.set(instant(2 * day))

@@ -57,4 +57,31 @@ struct Blob: Record, Equatable {
         let report = try store.verify()
         #expect(report.isClean, "\(report)")
     }
+
+    /// `afterCommit` actions run once per committed write, after the commit, on the caller's
+    /// thread: not for a write that throws, and not once per rerun when the map grows.
+    @Test func afterCommitActionsRunOncePerCommittedWrite() throws {
+        let dir = TemporaryDirectory()
+        var options = StoreOptions()
+        options.initialMapSize = 1 << 20
+        options.durability = .none
+        let store = try Store.open(at: dir.path, types: [Blob.self], options: options)
+        let owner = RecordID()
+        var ran: [String] = []
+        #expect(throws: Rollback.self) {
+            try store.write { tx in
+                try tx.insert(Blob(owner: owner, part: 0, payload: Data([1])))
+                tx.afterCommit { ran.append("rolled back") }
+                throw Rollback()
+            }
+        }
+        var runs = 0
+        try store.write { tx in
+            runs += 1
+            for part in 0..<40 { try tx.insert(Blob(owner: owner, part: part, payload: Data(count: 100_000))) }
+            tx.afterCommit { ran.append("committed, count \((try? store.count(Blob.self)) ?? -1)") }
+        }
+        #expect(runs > 1, "the map had to grow")
+        #expect(ran == ["committed, count 40"], "\(ran)")
+    }
 }
