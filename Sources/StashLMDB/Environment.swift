@@ -99,13 +99,18 @@ public final class Environment: @unchecked Sendable {
         var raw: OpaquePointer?
         try check(mdb_env_create(&raw), "mdb_env_create", canonicalPath)
         guard let raw else { throw LMDBError(code: .panic, operation: "mdb_env_create", path: canonicalPath) }
-        do {
+        do throws(LMDBError) {
             try check(mdb_env_set_maxdbs(raw, MDB_dbi(configuration.maxDatabases)), "mdb_env_set_maxdbs", canonicalPath)
             try check(mdb_env_set_maxreaders(raw, UInt32(configuration.maxReaders)), "mdb_env_set_maxreaders", canonicalPath)
             // No map size before open: LMDB then adopts the size recorded in an existing file
             // (a size set here would win over it, shrinking a grown map to the data's size).
             let flags = UInt32(MDB_NOTLS) | configuration.durability.flags
-            try check(mdb_env_open(raw, canonicalPath, flags, 0o644), "mdb_env_open", canonicalPath)
+            let rc = mdb_env_open(raw, canonicalPath, flags, 0o644)
+            if rc == EACCES || rc == EROFS {
+                throw LMDBError(code: .init(rawValue: rc), operation: "mdb_env_open", path: canonicalPath,
+                                detail: "LMDB writes data.mdb and lock.mdb even to read: the directory and both files must be writable by this user (copy the store elsewhere to read a read-only one)")
+            }
+            try check(rc, "mdb_env_open", canonicalPath)
             // A store written earlier with a bigger map keeps it: adopt the larger of the two.
             var info = MDB_envinfo()
             mdb_env_info(raw, &info)
