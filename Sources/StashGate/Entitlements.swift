@@ -198,38 +198,52 @@ public enum Entitlements {
     }
 
     static func status(of entitlement: String, in transactions: [PurchaseTransaction], atMilliseconds t: Int64) -> EntitlementStatus {
-        var activeTimeLimited: (PurchaseTransaction, Int64)?
+        // Active: a paid (or trial) period covering now wins over a grace period, then the latest
+        // end. Lapsed: billing retry, then the latest of a revocation and an expiry.
+        var activePaid: (PurchaseTransaction, Int64)?
+        var activeGrace: (PurchaseTransaction, Int64)?
         var retry: (PurchaseTransaction, Int64)?
         var expired: (PurchaseTransaction, Int64)?
-        var revoked: PurchaseTransaction?
+        var revoked: (PurchaseTransaction, Int64)?
+        func later(_ candidate: (PurchaseTransaction, Int64), than current: (PurchaseTransaction, Int64)?) -> Bool {
+            current.map { candidate.1 > $0.1 } ?? true
+        }
         for transaction in transactions where transaction.grants(entitlement) {
-            if transaction.isRevoked {
-                revoked = revoked ?? transaction
+            if let revokedAt = transaction.revokedAt {
+                let at = (transaction, milliseconds(revokedAt))
+                if later(at, than: revoked) { revoked = at }
                 continue
             }
             if transaction.type == .nonConsumable {
                 return EntitlementStatus(entitlement, .lifetime, transaction: transaction)
             }
             guard let end = transaction.endMilliseconds else { continue }
+            let candidate = (transaction, end)
             if t < end {
-                if activeTimeLimited.map({ end > $0.1 }) ?? true { activeTimeLimited = (transaction, end) }
+                let paidEnd = transaction.expiresAt.map(milliseconds) ?? end
+                if t < paidEnd {
+                    if later(candidate, than: activePaid) { activePaid = candidate }
+                } else if later(candidate, than: activeGrace) {
+                    activeGrace = candidate
+                }
             } else if transaction.isInBillingRetry {
-                if retry.map({ end > $0.1 }) ?? true { retry = (transaction, end) }
-            } else if expired.map({ end > $0.1 }) ?? true {
-                expired = (transaction, end)
+                if later(candidate, than: retry) { retry = candidate }
+            } else if later(candidate, than: expired) {
+                expired = candidate
             }
         }
-        if let (transaction, end) = activeTimeLimited {
-            let paidEnd = transaction.expiresAt.map(milliseconds) ?? end
+        if let (transaction, end) = activePaid ?? activeGrace {
             let state: EntitlementState
-            if t >= paidEnd { state = .gracePeriod }
+            if activePaid == nil { state = .gracePeriod }
             else if transaction.offer == .freeTrial { state = .trial }
             else if transaction.offer == .introductory { state = .introductory }
             else { state = .subscribed }
             return EntitlementStatus(entitlement, state, expiresAt: end, transaction: transaction)
         }
         if let (transaction, end) = retry { return EntitlementStatus(entitlement, .billingRetry, expiresAt: end, transaction: transaction) }
-        if let revoked { return EntitlementStatus(entitlement, .revoked, transaction: revoked) }
+        if let (transaction, revokedAt) = revoked, expired.map({ revokedAt >= $0.1 }) ?? true {
+            return EntitlementStatus(entitlement, .revoked, transaction: transaction)
+        }
         if let (transaction, end) = expired { return EntitlementStatus(entitlement, .expired, expiresAt: end, transaction: transaction) }
         return EntitlementStatus(entitlement, .none)
     }

@@ -395,16 +395,16 @@ public final class FeatureGate: Sendable {
         } else if reference < state.summary.timeLimitedEnd {
             if millisecondsBetween(reference, state.serverTime) > maxOfflineAge { access.reason = .stale } else { access.isPremium = true }
         }
-        if !access.isPremium && state.summary.trialEnd != Int64.min && reference >= state.summary.trialEnd {
-            access.trialEnded = true
-        }
+        var lastTrialEnd = state.summary.trialEnd
         if let trialLength, state.firstLaunch != Int64.min {
-            if reference < millisecondsAdding(state.firstLaunch, trialLength) {
-                access.isPremium = true
-                access.trialEnded = false
-            } else if !access.isPremium {
-                access.trialEnded = true
-            }
+            let localEnd = millisecondsAdding(state.firstLaunch, trialLength)
+            if reference < localEnd { access.isPremium = true }
+            lastTrialEnd = max(lastTrialEnd, localEnd)
+        }
+        // "Trial expired" only when a trial (the store's offer or the local one) was the last
+        // grant to end: a subscriber whose paid period lapsed after a trial needs premium.
+        if !access.isPremium, lastTrialEnd != Int64.min, reference >= lastTrialEnd, lastTrialEnd >= state.summary.timeLimitedEnd {
+            access.trialEnded = true
         }
         return access
     }

@@ -89,6 +89,26 @@ import Testing
         }
     }
 
+    /// The status names the latest event: an upgrade revoked the old subscription, then the
+    /// new one lapsed: "expired", not "revoked"; a refund after an expiry: "revoked".
+    @Test func aLapsedUpgradeIsExpiredARefundAfterExpiryIsRevoked() {
+        let upgraded = [Tx.subscription("old", expires: 30 * day, revoked: 10 * day), Tx.subscription("new", expires: 40 * day)]
+        #expect(Entitlements.status(of: "pro", in: upgraded, at: instant(20 * day)).state == .subscribed)
+        let lapsed = Entitlements.status(of: "pro", in: upgraded, at: instant(50 * day))
+        #expect(lapsed.state == .expired && lapsed.transactionID == "new", "\(lapsed)")
+        let refunded = [Tx.subscription("a", expires: 30 * day), Tx.subscription("b", expires: 40 * day, revoked: 45 * day)]
+        #expect(Entitlements.status(of: "pro", in: refunded, at: instant(50 * day)).state == .revoked)
+    }
+
+    /// A paid period covering now is "subscribed", even when another transaction's grace
+    /// period lasts longer.
+    @Test func aPaidPeriodWinsOverALongerGracePeriod() {
+        let transactions = [Tx.subscription("paid", expires: 30 * day), Tx.subscription("lapsed", expires: 5 * day, grace: 40 * day)]
+        let status = Entitlements.status(of: "pro", in: transactions, at: instant(10 * day))
+        #expect(status.state == .subscribed && status.transactionID == "paid", "\(status)")
+        #expect(Entitlements.status(of: "pro", in: transactions, at: instant(35 * day)).state == .gracePeriod)
+    }
+
     @Test(arguments: [UInt64(7), 8, 9])
     func revocationWinsOverEverything(seed: UInt64) {
         var rng = SeededGenerator(seed: seed)

@@ -38,6 +38,20 @@ import Testing
         #expect(f.gate.check(.use("quickTimer")).isAllowed)   // expires gracefully into the free tier
     }
 
+    /// A subscriber whose paid period lapsed after a trial (the store's offer or the local one)
+    /// was told "trial expired"; the trial is long over, the subscription is what lapsed.
+    @Test func aLapsedSubscriptionAfterATrialRequiresPremiumNotTrialExpired() throws {
+        let f = try Fixture(start: instant(0)) { $0.trialLength = 14 * 86_400 }
+        let history = [Tx.subscription("trial", expires: 7 * day, period: .weekly, offer: .freeTrial),
+                       Tx.subscription("paid", expires: 40 * day, period: .monthly)]
+        f.clock.set(instant(50 * day))
+        try f.gate.apply(try signed(history, sequence: 1, server: 50 * day))
+        #expect(f.gate.check(.use("intervalTimer")).denial == .requiresPremium("intervalTimer"))
+        // With only the trials behind it, it is a trial that expired.
+        try f.gate.apply(try signed([history[0]], sequence: 2, server: 50 * day))
+        #expect(f.gate.check(.use("intervalTimer")).denial == .trialExpired)
+    }
+
     @Test func localTrialFromFirstLaunch() throws {
         let f = try Fixture(start: instant(0)) { $0.trialLength = 14 * 86_400 }
         #expect(f.gate.firstLaunch == instant(0))
