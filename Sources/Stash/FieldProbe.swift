@@ -1,3 +1,4 @@
+import Synchronization
 import Foundation
 
 /// Learns a `Decodable` type's top-level fields (names, kinds, optionality) by decoding it
@@ -179,5 +180,20 @@ struct PlaceholderSingle: SingleValueDecodingContainer {
         let (value, kind) = try PlaceholderValue.make(type)
         if decoder.kind == nil { decoder.kind = kind }
         return value
+    }
+}
+
+/// The stored fields each record type declares (its probe), kept per type: what a local write
+/// of the type replaces (see ``WriteContext/put(_:id:record:mode:versions:origin:absent:keepingFieldsUnknownTo:)``).
+/// nil for a type that cannot be probed.
+enum DeclaredFields {
+    private static let cache = Mutex<[ObjectIdentifier: Set<String>?]>([:])
+
+    static func names(of type: any Record.Type) -> Set<String>? {
+        let key = ObjectIdentifier(type)
+        if let hit = cache.withLock({ $0[key] }) { return hit }
+        let names = FieldProbe.fields(of: type).map { Set($0.map(\.name)) }
+        cache.withLock { $0[key] = names }
+        return names
     }
 }

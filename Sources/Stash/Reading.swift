@@ -337,13 +337,13 @@ public struct StoreTransaction: StoreReading {
     /// Adds or replaces a record.
     public func upsert<R: Record>(_ record: R) throws {
         let (layout, encoded) = try context.encode(record)
-        try context.put(layout, id: record.id, record: encoded, mode: .upsert)
+        try context.put(layout, id: record.id, record: encoded, mode: .upsert, keepingFieldsUnknownTo: R.self)
     }
 
     /// Replaces an existing record. - Throws: `.notFound` when there is none.
     public func update<R: Record>(_ record: R) throws {
         let (layout, encoded) = try context.encode(record)
-        try context.put(layout, id: record.id, record: encoded, mode: .update)
+        try context.put(layout, id: record.id, record: encoded, mode: .update, keepingFieldsUnknownTo: R.self)
     }
 
     /// Reads, changes and writes back one record. - Throws: `.notFound`.

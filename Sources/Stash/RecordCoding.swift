@@ -6,6 +6,13 @@ protocol FieldTagResolver: AnyObject {
     /// `hint` is where the field after the previous one would be (see
     /// ``TypeLayout/slot(of:hint:)``); the result's `slot` is where this one was.
     func tag(for name: String, kind: FieldKind?, hint: Int) throws -> (tag: UInt16, slot: Int)
+    /// True when the type being encoded has a stored default for field `name` (a nil value
+    /// must then be written as an explicit null, or it would read back as the default).
+    func hasDefault(_ name: String) -> Bool
+}
+
+extension FieldTagResolver {
+    func hasDefault(_ name: String) -> Bool { false }
 }
 
 /// Encodes a record's top-level fields straight into the stored layout (``RecordFormat``);
@@ -23,6 +30,9 @@ final class RecordEncoder: Encoder {
     /// Each field's tag and the range of its value in `writer`, as written.
     @exclusivity(unchecked) var fields: [(tag: UInt16, range: Range<Int>)] = []
     var pending: [(String, EncodingNode)] = []
+    /// The fields encoded as nil (written as nothing, or as an explicit null when the field
+    /// has a default): with the fields written, what the encoded type knows.
+    var nilNames: [String] = []
     let resolver: any FieldTagResolver
     var failure: (any Error)?
 
@@ -46,7 +56,10 @@ final class RecordEncoder: Encoder {
         let encoder = RecordEncoder(resolver: resolver)
         for name in fields.keys.sorted() where name != "id" {
             let value = fields[name]!
-            if value == .null { continue }
+            if value == .null {
+                encoder.nilNames.append(name)
+                continue
+            }
             try encoder.field(name, value.kind) { $0.value(value) }
         }
         return try encoder.finish()
@@ -77,8 +90,14 @@ final class RecordEncoder: Encoder {
             try field(name, value.kind) { $0.value(value) }
         }
         pending.removeAll()
+        // A nil field with a default is stored as null: left out, it would read as the default.
+        for name in nilNames where resolver.hasDefault(name) {
+            try field(name, nil) { $0.null() }
+        }
         writer.finishRecord(fieldCount: fieldCount)
-        return EncodedRecord(encoded: writer.bytes, fields: fields)
+        var record = EncodedRecord(encoded: writer.bytes, fields: fields)
+        record.nilNames = nilNames
+        return record
     }
 
     @inline(__always)
@@ -111,7 +130,7 @@ struct RecordKeyedEncoder<Key: CodingKey>: KeyedEncodingContainerProtocol {
     let encoder: RecordEncoder
     var codingPath: [any CodingKey] { [] }
 
-    mutating func encodeNil(forKey key: Key) throws {}
+    mutating func encodeNil(forKey key: Key) throws { encoder.nilNames.append(key.stringValue) }
     mutating func encode(_ value: Bool, forKey key: Key) throws {
         try encoder.field(key.stringValue, .bool) { $0.bool(value) }
     }
@@ -144,13 +163,63 @@ struct RecordKeyedEncoder<Key: CodingKey>: KeyedEncodingContainerProtocol {
             try encoder.field(key.stringValue, .uuid) { $0.uuid(RecordID(v)) }
         } else {
             let fieldValue = try FieldValue(encoding: value)
-            if fieldValue == .null { return }
+            if fieldValue == .null {
+                encoder.nilNames.append(key.stringValue)
+                return
+            }
             try encoder.field(key.stringValue, fieldValue.kind) { $0.value(fieldValue) }
         }
     }
     mutating func encodeIfPresent<T: Encodable>(_ value: T?, forKey key: Key) throws {
-        guard let value else { return }
+        guard let value else {
+            encoder.nilNames.append(key.stringValue)
+            return
+        }
         try encode(value, forKey: key)
+    }
+    // The protocol's own overloads for these types skip a nil without telling the encoder,
+    // which must know it (a nil field with a default is written as null).
+    mutating func encodeIfPresent(_ value: Bool?, forKey key: Key) throws {
+        if let value { try encode(value, forKey: key) } else { encoder.nilNames.append(key.stringValue) }
+    }
+    mutating func encodeIfPresent(_ value: String?, forKey key: Key) throws {
+        if let value { try encode(value, forKey: key) } else { encoder.nilNames.append(key.stringValue) }
+    }
+    mutating func encodeIfPresent(_ value: Double?, forKey key: Key) throws {
+        if let value { try encode(value, forKey: key) } else { encoder.nilNames.append(key.stringValue) }
+    }
+    mutating func encodeIfPresent(_ value: Float?, forKey key: Key) throws {
+        if let value { try encode(value, forKey: key) } else { encoder.nilNames.append(key.stringValue) }
+    }
+    mutating func encodeIfPresent(_ value: Int?, forKey key: Key) throws {
+        if let value { try encode(value, forKey: key) } else { encoder.nilNames.append(key.stringValue) }
+    }
+    mutating func encodeIfPresent(_ value: Int8?, forKey key: Key) throws {
+        if let value { try encode(value, forKey: key) } else { encoder.nilNames.append(key.stringValue) }
+    }
+    mutating func encodeIfPresent(_ value: Int16?, forKey key: Key) throws {
+        if let value { try encode(value, forKey: key) } else { encoder.nilNames.append(key.stringValue) }
+    }
+    mutating func encodeIfPresent(_ value: Int32?, forKey key: Key) throws {
+        if let value { try encode(value, forKey: key) } else { encoder.nilNames.append(key.stringValue) }
+    }
+    mutating func encodeIfPresent(_ value: Int64?, forKey key: Key) throws {
+        if let value { try encode(value, forKey: key) } else { encoder.nilNames.append(key.stringValue) }
+    }
+    mutating func encodeIfPresent(_ value: UInt?, forKey key: Key) throws {
+        if let value { try encode(value, forKey: key) } else { encoder.nilNames.append(key.stringValue) }
+    }
+    mutating func encodeIfPresent(_ value: UInt8?, forKey key: Key) throws {
+        if let value { try encode(value, forKey: key) } else { encoder.nilNames.append(key.stringValue) }
+    }
+    mutating func encodeIfPresent(_ value: UInt16?, forKey key: Key) throws {
+        if let value { try encode(value, forKey: key) } else { encoder.nilNames.append(key.stringValue) }
+    }
+    mutating func encodeIfPresent(_ value: UInt32?, forKey key: Key) throws {
+        if let value { try encode(value, forKey: key) } else { encoder.nilNames.append(key.stringValue) }
+    }
+    mutating func encodeIfPresent(_ value: UInt64?, forKey key: Key) throws {
+        if let value { try encode(value, forKey: key) } else { encoder.nilNames.append(key.stringValue) }
     }
 
     mutating func nestedContainer<NestedKey: CodingKey>(keyedBy keyType: NestedKey.Type, forKey key: Key) -> KeyedEncodingContainer<NestedKey> {

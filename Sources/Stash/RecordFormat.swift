@@ -304,6 +304,9 @@ struct ByteReader {
 struct EncodedRecord {
     let bytes: [UInt8]
     private(set) var fields: [(tag: UInt16, range: Range<Int>)] = []
+    /// For a record just encoded: the fields its type encoded as nil (see
+    /// ``WriteContext/put(_:id:record:mode:versions:origin:absent:keepingFieldsUnknownTo:)``).
+    var nilNames: [String] = []
 
     /// A record the encoder has just written, with the field table it wrote: nothing to parse.
     init(encoded bytes: [UInt8], fields: [(tag: UInt16, range: Range<Int>)]) {
@@ -367,6 +370,23 @@ struct EncodedRecord {
             var reader = ByteReader(bytes, range: field.range)
             return (field.tag, try reader.value())
         }
+    }
+
+    /// This record with `extra` fields of `source` appended, byte for byte.
+    func appending(_ extra: [(tag: UInt16, range: Range<Int>)], from source: EncodedRecord) -> EncodedRecord {
+        var writer = ByteWriter(capacity: bytes.count + extra.reduce(0) { $0 + $1.range.count + 3 })
+        writer.bytes.append(contentsOf: bytes)
+        var table = fields
+        for field in extra {
+            writer.varint(UInt64(field.tag))
+            let start = writer.bytes.count
+            writer.bytes.append(contentsOf: source.bytes[field.range])
+            table.append((field.tag, start..<writer.bytes.count))
+        }
+        writer.finishRecord(fieldCount: table.count)
+        var record = EncodedRecord(encoded: writer.bytes, fields: table)
+        record.nilNames = nilNames
+        return record
     }
 
     /// The raw bytes of one field's value, for cheap change detection.

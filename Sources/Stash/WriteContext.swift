@@ -126,6 +126,10 @@ final class WriteContext: FieldTagResolver {
         }
     }
 
+    func hasDefault(_ name: String) -> Bool {
+        (try? currentEncodingLayout())?.defaults[name] != nil
+    }
+
     func tag(for name: String, kind: FieldKind?, hint: Int) throws -> (tag: UInt16, slot: Int) {
         let layout = try currentEncodingLayout()
         if let slot = layout.slot(of: name, hint: hint) {
@@ -202,10 +206,19 @@ final class WriteContext: FieldTagResolver {
     ///
     /// Local writes pass no `versions`: the fields that changed get this transaction's
     /// version. A merge passes the merged versions and the origin of the change.
+    ///
+    /// A local write of a Swift type (`keepingFieldsUnknownTo`) keeps the stored fields that
+    /// type does not know: written by a newer (or older) version of the app, or by another
+    /// app sharing the store, they are neither its to remove nor changed by it. Without this,
+    /// an update from a device still on an older version erased the newer fields, and sync
+    /// carried the loss to every device. A field the type declares, or encoded as nil, is
+    /// replaced as written.
     /// - Returns: false when nothing changed (same bytes and versions).
     @discardableResult
-    func put(_ layout: TypeLayout, id: RecordID, record new: EncodedRecord, mode: WriteMode,
-             versions merged: RecordVersions? = nil, origin: RecordID? = nil, absent: Bool = false) throws -> Bool {
+    func put(_ layout: TypeLayout, id: RecordID, record written: EncodedRecord, mode: WriteMode,
+             versions merged: RecordVersions? = nil, origin: RecordID? = nil, absent: Bool = false,
+             keepingFieldsUnknownTo swiftType: (any Record.Type)? = nil) throws -> Bool {
+        var new = written
         let type = layout.schema
         let key = StoreKeys.record(type.tag, id)
         if mode == .insert, merged == nil, origin == nil, !absent, !type.indexes.contains(where: \.unique),
@@ -227,8 +240,14 @@ final class WriteContext: FieldTagResolver {
             throw StoreError(.notFound, "store \(path): no \(type.name) with id \(id) to update")
         default: break
         }
+        var decodedOld: EncodedRecord?
+        if let swiftType, merged == nil, let oldBytes, oldBytes != new.bytes {
+            let stored = try decodeStored(oldBytes, type.name, id)
+            decodedOld = stored
+            new = keepingFields(of: stored, unknownTo: swiftType, in: new, layout)
+        }
         if oldBytes == new.bytes && (merged == nil || merged == oldVersions) { return false }
-        let old = try oldBytes.map { try decodeStored($0, type.name, id) }
+        let old = try decodedOld ?? oldBytes.map { try decodeStored($0, type.name, id) }
         if old == nil, !type.indexes.contains(where: \.unique) {
             // A new record and no unique index: nothing to check first, no old key to remove.
             // The record first: on a damaged store its put throws before any index entry exists.
@@ -272,6 +291,23 @@ final class WriteContext: FieldTagResolver {
         }
         changes.append(.init(typeTag: type.tag, id: id, operation: old == nil ? .insert : .update, fieldTags: tags, origin: origin))
         return true
+    }
+
+    /// `new` with the fields of `old` that `swiftType` does not know appended: absent from
+    /// `new`, not encoded as nil, and not among the fields the type declares (its probe; when
+    /// the type cannot be probed, what it encoded is all it is known to have).
+    private func keepingFields(of old: EncodedRecord, unknownTo swiftType: any Record.Type, in new: EncodedRecord,
+                               _ layout: TypeLayout) -> EncodedRecord {
+        var kept: [(tag: UInt16, range: Range<Int>)] = []
+        for field in old.fields where new.range(of: field.tag) == nil {
+            guard let name = layout.schema.fields.first(where: { $0.tag == field.tag })?.name else {
+                kept.append(field)   // a field of no name here: nobody's to remove
+                continue
+            }
+            if new.nilNames.contains(name) || DeclaredFields.names(of: swiftType)?.contains(name) == true { continue }
+            kept.append(field)
+        }
+        return kept.isEmpty ? new : new.appending(kept, from: old)
     }
 
     /// The common insert, tried first for types without unique indexes: the versions entry is

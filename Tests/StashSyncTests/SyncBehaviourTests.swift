@@ -28,6 +28,27 @@ import StashTestSupport
         #expect(try a.store.verify().isClean && b.store.verify().isClean)
     }
 
+    /// On a device, a process of an app version without `tag` (an older extension sharing the
+    /// store, or a downgrade) edits a note that the newer version tagged. After syncing both
+    /// ways, every device keeps the tag and the new title. Before, the older version's update
+    /// wrote a newer "no tag", and sync erased the tag on every device.
+    @Test func anOlderAppVersionsEditKeepsTheNewerFieldsEverywhere() throws {
+        let dir = TemporaryDirectory()
+        let a = try Device.open(dir.sub("a"), family: family)
+        let b = try Device.open(dir.sub("b"), family: family)
+        let note = Note(title: "groceries", body: "milk", tag: "home")
+        try a.store.insert(note)
+        try a.sync(with: b)
+        let olderOnB = try Device.open(dir.sub("b"), family: family, types: [NoteWithoutTag.self, Wallet.self, UserProfile.self, DeviceSecret.self])
+        try olderOnB.store.update(NoteWithoutTag.self, id: note.id) { $0.title = "shopping" }
+        try olderOnB.sync(with: a)
+        try a.sync(with: b)
+        let expected = Note(id: note.id, title: "shopping", body: "milk", tag: "home")
+        #expect(try a.store.get(Note.self, id: note.id) == expected)
+        #expect(try b.store.get(Note.self, id: note.id) == expected)
+        #expect(try canonicalDump(a.store, types: ["Note"]) == canonicalDump(b.store, types: ["Note"]))
+    }
+
     @Test func sameFieldResolvesIdenticallyEverywhere() throws {
         let dir = TemporaryDirectory()
         let a = try Device.open(dir.sub("a"), family: family)

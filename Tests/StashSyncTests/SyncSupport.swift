@@ -13,6 +13,16 @@ struct Note: Record, Equatable {
     static let indexes: [RecordIndex<Note>] = [.index(\.pinned)]
 }
 
+/// ``Note`` as an older app version declares it: no `tag`.
+struct NoteWithoutTag: Record, Equatable {
+    static var recordType: String { "Note" }
+    var id = RecordID()
+    var title: String
+    var body: String
+    var pinned = false
+    static let indexes: [RecordIndex<NoteWithoutTag>] = [.index(\.pinned)]
+}
+
 struct Wallet: Record, Equatable {
     var id = RecordID()
     var credits = Counter()

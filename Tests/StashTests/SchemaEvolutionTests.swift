@@ -41,6 +41,15 @@ struct GarmentWithRatingNoDefault: Record, Equatable {
     var rating: Int
 }
 
+/// An optional field whose default stands for records stored before it.
+struct Themed: Record, Equatable {
+    var id = RecordID()
+    var name: String
+    var theme: String?
+    static var fieldDefaults: [String: FieldValue] { ["theme": .string("light")] }
+    static let indexes: [RecordIndex<Themed>] = [.index(\.theme)]
+}
+
 /// Lost a field.
 struct GarmentNameOnly: Record, Equatable {
     static var recordType: String { "Garment" }
@@ -265,11 +274,57 @@ final class ProgressLog: Sendable {
         let store = try Store.open(at: dir.path, types: [GarmentNameOnly.self])
         for g in old { #expect(try store.get(GarmentNameOnly.self, id: g.id) == GarmentNameOnly(id: g.id, name: g.name)) }
         #expect(try store.fetch(FetchDescriptor<GarmentNameOnly>(predicate: #Predicate { $0.name == "garment 4" })).map(\.id) == [old[4].id])
-        // New records without the field, and updates that drop it.
+        // New records without the field, and updates through the type that lacks it (they keep it).
         try store.insert(GarmentNameOnly(name: "slim"))
         try store.update(GarmentNameOnly(id: old[0].id, name: "renamed"))
         #expect(try store.count(GarmentNameOnly.self) == 11)
         #expect(try store.get(GarmentNameOnly.self, id: old[0].id)?.name == "renamed")
+        #expect(try store.verify().isClean)
+    }
+
+    /// An app version that does not know a field (older, or newer and without it) keeps it
+    /// when it updates a record: before, `update` and `upsert` wrote only the fields of the
+    /// Swift type, so a device still on the old version erased the newer version's `color`
+    /// (and sync carried the loss to every device). A field the type declares is still
+    /// replaced as written, nil included.
+    @Test func anUpdateKeepsTheFieldsItsTypeDoesNotKnow() throws {
+        let dir = TemporaryDirectory()
+        let red = GarmentWithColor(name: "coat", size: 3, color: "red")
+        let blue = GarmentWithColor(name: "scarf", size: 1, color: "blue")
+        do {
+            let newer = try Store.open(at: dir.path, types: [GarmentWithColor.self])
+            try newer.write { tx in try tx.insert(red); try tx.insert(blue) }
+        }
+        do {
+            let older = try Store.open(at: dir.path, types: [GarmentV1.self])
+            try older.update(GarmentV1(id: red.id, name: "long coat", size: 4))
+            try older.upsert(GarmentV1(id: blue.id, name: "scarf", size: 2))
+            try older.update(GarmentV1.self, id: blue.id) { $0.size += 1 }
+            // The history says what changed: not the color.
+            let entries = try older.history()
+            #expect(entries.count == 4, "\(entries.count)")
+        }
+        let newer = try Store.open(at: dir.path, types: [GarmentWithColor.self])
+        #expect(try newer.get(GarmentWithColor.self, id: red.id) == GarmentWithColor(id: red.id, name: "long coat", size: 4, color: "red"))
+        #expect(try newer.get(GarmentWithColor.self, id: blue.id) == GarmentWithColor(id: blue.id, name: "scarf", size: 3, color: "blue"))
+        // The type that knows the field clears it.
+        try newer.update(GarmentWithColor(id: red.id, name: "long coat", size: 4, color: nil))
+        #expect(try newer.get(GarmentWithColor.self, id: red.id)?.color == nil)
+        #expect(try newer.verify().isClean)
+    }
+
+    /// An optional field with a default, set to nil, read back as the default (nil was written
+    /// as no field, which is what records from before the field look like) and was indexed
+    /// under it. It is written as an explicit null.
+    @Test func anOptionalFieldWithADefaultKeepsNil() throws {
+        let dir = TemporaryDirectory()
+        let store = try Store.open(at: dir.path, types: [Themed.self])
+        let plain = Themed(name: "plain", theme: nil)
+        let dark = Themed(name: "dark", theme: "dark")
+        try store.write { tx in try tx.insert(plain); try tx.insert(dark) }
+        #expect(try store.get(Themed.self, id: plain.id) == plain)
+        #expect(try store.count(Themed.self, where: \.theme, equals: "light") == 0)
+        #expect(try store.fetchCount(FetchDescriptor<Themed>(predicate: #Predicate { $0.theme == nil })) == 1)
         #expect(try store.verify().isClean)
     }
 
