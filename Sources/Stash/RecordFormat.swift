@@ -372,6 +372,23 @@ struct EncodedRecord {
         }
     }
 
+    /// This record without the fields `tags`.
+    func removing(_ tags: [UInt16]) -> EncodedRecord {
+        var writer = ByteWriter(capacity: bytes.count)
+        writer.beginRecord()
+        var table: [(tag: UInt16, range: Range<Int>)] = []
+        for field in fields where !tags.contains(field.tag) {
+            writer.varint(UInt64(field.tag))
+            let start = writer.bytes.count
+            writer.bytes.append(contentsOf: bytes[field.range])
+            table.append((field.tag, start..<writer.bytes.count))
+        }
+        writer.finishRecord(fieldCount: table.count)
+        var record = EncodedRecord(encoded: writer.bytes, fields: table)
+        record.nilNames = nilNames
+        return record
+    }
+
     /// This record with `extra` fields of `source` appended, byte for byte.
     func appending(_ extra: [(tag: UInt16, range: Range<Int>)], from source: EncodedRecord) -> EncodedRecord {
         var writer = ByteWriter(capacity: bytes.count + extra.reduce(0) { $0 + $1.range.count + 3 })

@@ -241,10 +241,11 @@ final class WriteContext: FieldTagResolver {
         default: break
         }
         var decodedOld: EncodedRecord?
-        if let swiftType, merged == nil, let oldBytes, oldBytes != new.bytes {
+        if merged == nil, let oldBytes, oldBytes != new.bytes {
             let stored = try decodeStored(oldBytes, type.name, id)
             decodedOld = stored
-            new = keepingFields(of: stored, unknownTo: swiftType, in: new, layout)
+            if let swiftType { new = keepingFields(of: stored, unknownTo: swiftType, in: new, layout) }
+            new = try leavingDefaultsOut(of: new, missingFrom: stored, layout)
         }
         if oldBytes == new.bytes && (merged == nil || merged == oldVersions) { return false }
         let old = try decodedOld ?? oldBytes.map { try decodeStored($0, type.name, id) }
@@ -308,6 +309,20 @@ final class WriteContext: FieldTagResolver {
             kept.append(field)
         }
         return kept.isEmpty ? new : new.appending(kept, from: old)
+    }
+
+    /// `new` without the fields `old` lacks whose value is the field's default: the record
+    /// already reads that value, so writing it is no change. Written, it took this write's
+    /// version and beat a real edit of the field made meanwhile on another device (an update
+    /// of another field of a record from before the field existed re-stamped it).
+    private func leavingDefaultsOut(of new: EncodedRecord, missingFrom old: EncodedRecord, _ layout: TypeLayout) throws -> EncodedRecord {
+        guard !layout.defaults.isEmpty else { return new }
+        var dropped: [UInt16] = []
+        for field in new.fields where old.range(of: field.tag) == nil {
+            guard let schema = layout.schema.fields.first(where: { $0.tag == field.tag }), let value = schema.defaultValue else { continue }
+            if try new.value(of: field.tag) == value { dropped.append(field.tag) }
+        }
+        return dropped.isEmpty ? new : new.removing(dropped)
     }
 
     /// The common insert, tried first for types without unique indexes: the versions entry is

@@ -49,6 +49,29 @@ import StashTestSupport
         #expect(try canonicalDump(a.store, types: ["Note"]) == canonicalDump(b.store, types: ["Note"]))
     }
 
+    /// A memo from before `starred` existed: B stars it, A then edits only its title. A's
+    /// update wrote `starred = false` (its default, what the memo already read) with a newer
+    /// version, which beat B's real edit on both devices. Writing a default that a record
+    /// lacks is no change now.
+    @Test func writingADefaultTheRecordLacksDoesNotBeatARealEdit() throws {
+        let dir = TemporaryDirectory()
+        let a1 = try Device.open(dir.sub("a"), family: family, types: [Memo.self])
+        let b1 = try Device.open(dir.sub("b"), family: family, types: [Memo.self])
+        let memo = Memo(title: "call the plumber")
+        try a1.store.insert(memo)
+        try a1.sync(with: b1)
+        let a = try Device.open(dir.sub("a"), family: family, types: [MemoStarred.self])
+        let b = try Device.open(dir.sub("b"), family: family, types: [MemoStarred.self])
+        try b.store.update(MemoStarred.self, id: memo.id) { $0.starred = true }
+        Thread.sleep(forTimeInterval: 0.005)   // A's edit is the later one
+        try a.store.update(MemoStarred.self, id: memo.id) { $0.title = "call the plumber today" }
+        try a.sync(with: b)
+        try a.sync(with: b)
+        let expected = MemoStarred(id: memo.id, title: "call the plumber today", starred: true)
+        #expect(try a.store.get(MemoStarred.self, id: memo.id) == expected)
+        #expect(try b.store.get(MemoStarred.self, id: memo.id) == expected)
+    }
+
     @Test func sameFieldResolvesIdenticallyEverywhere() throws {
         let dir = TemporaryDirectory()
         let a = try Device.open(dir.sub("a"), family: family)

@@ -23,6 +23,21 @@ struct NoteWithoutTag: Record, Equatable {
     static let indexes: [RecordIndex<NoteWithoutTag>] = [.index(\.pinned)]
 }
 
+/// A memo as a first app version stores it.
+struct Memo: Record, Equatable {
+    var id = RecordID()
+    var title: String
+}
+
+/// The next version: `starred`, false for memos stored before it.
+struct MemoStarred: Record, Equatable {
+    static var recordType: String { "Memo" }
+    var id = RecordID()
+    var title: String
+    var starred: Bool
+    static var fieldDefaults: [String: FieldValue] { ["starred": .bool(false)] }
+}
+
 struct Wallet: Record, Equatable {
     var id = RecordID()
     var credits = Counter()
