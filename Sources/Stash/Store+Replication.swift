@@ -180,6 +180,19 @@ extension StoreTransaction {
 }
 
 extension Store {
+    /// Forces every committed write to disk. A store opened with `.relaxed` or `.none`
+    /// durability may lose its last commits in a power cut: flush before telling anyone else
+    /// about them (the sync engine does before each export, so that no peer holds a change
+    /// this store could lose and then number again). Free when nothing is waiting.
+    /// - Throws: `.storage` with the `fsync` error.
+    public func flush() throws {
+        try storageErrors(path) { try env.sync() }
+    }
+
+    /// How hard commits work to reach the disk: the strongest durability any open of this
+    /// directory in this process asked for.
+    public var durability: Durability { env.durability }
+
     /// A value from the metadata area, read in its own snapshot. Cheap enough for start-up
     /// reads (one B-tree lookup).
     public func metadata(for key: String) throws -> [UInt8]? { try read { try $0.metadata(for: key) } }
