@@ -34,7 +34,15 @@ final class TreeEncoder: Encoder {
         if let special = specialFieldValue(value) { return special }
         let encoder = TreeEncoder(codingPath: codingPath)
         try value.encode(to: encoder)
-        return encoder.root?.resolved ?? .map([:])
+        let result = encoder.root?.resolved ?? .map([:])
+        // A set, or a dictionary encoded as [key, value, key, value, …] (keys other than String
+        // and Int), comes out in hash order, which changes from one process (and one set) to
+        // the next: stored as is, an unchanged record looked changed and its newer version beat
+        // real edits on other devices. They are stored in the order of their values' bytes.
+        if case .array(let items) = result, items.count > 1, let unordered = value as? any UnorderedCollection {
+            return .array(type(of: unordered).canonicalOrder(items))
+        }
+        return result
     }
 
     func container<Key: CodingKey>(keyedBy type: Key.Type) -> KeyedEncodingContainer<Key> {
@@ -412,4 +420,32 @@ extension FieldValue {
         }
         self = try TreeEncoder.encode(value)
     }
+}
+
+/// Collections whose encoded order means nothing (see ``TreeEncoder/encode(_:codingPath:)``).
+protocol UnorderedCollection {
+    /// `items` in an order that depends only on their values.
+    static func canonicalOrder(_ items: [FieldValue]) -> [FieldValue]
+}
+
+extension Set: UnorderedCollection {
+    static func canonicalOrder(_ items: [FieldValue]) -> [FieldValue] {
+        items.map { (canonicalBytes($0), $0) }.sorted { $0.0.lexicographicallyPrecedes($1.0) }.map(\.1)
+    }
+}
+
+extension Dictionary: UnorderedCollection {
+    /// Key-value pairs, ordered by key (a dictionary with String or Int keys is a map, whose
+    /// keys are sorted when stored).
+    static func canonicalOrder(_ items: [FieldValue]) -> [FieldValue] {
+        guard items.count % 2 == 0 else { return items }
+        let pairs = stride(from: 0, to: items.count, by: 2).map { (canonicalBytes(items[$0]), items[$0], items[$0 + 1]) }
+        return pairs.sorted { $0.0.lexicographicallyPrecedes($1.0) }.flatMap { [$0.1, $0.2] }
+    }
+}
+
+private func canonicalBytes(_ value: FieldValue) -> [UInt8] {
+    var writer = ByteWriter(capacity: 32)
+    writer.value(value)
+    return writer.bytes
 }

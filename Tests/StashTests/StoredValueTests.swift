@@ -123,3 +123,36 @@ private struct Word: Record, Equatable {
         #expect(try store.verify().isClean)
     }
 }
+
+/// A set, and a dictionary whose keys are neither strings nor integers, encode in hash order.
+struct Outfit: Record, Equatable {
+    var id = RecordID()
+    var name: String
+    var tags: Set<String>
+    var worn: [UUID: Int]
+}
+
+@Suite struct UnorderedCollectionTests {
+    /// The same outfit, its set and dictionary built in another order, is no change: before,
+    /// their hash order went into the stored bytes, so saving an unchanged record wrote a
+    /// history entry and a newer version of the fields (which then beat real edits elsewhere).
+    @Test func aSetOrDictionaryInAnotherOrderIsNoChange() throws {
+        let dir = TemporaryDirectory()
+        let store = try Store.open(at: dir.path, types: [Outfit.self])
+        let words = (0..<40).map { "tag \($0)" }
+        let people = (0..<20).map { _ in UUID() }
+        var small = Set<String>(), large = Set<String>(minimumCapacity: 4096)
+        for word in words { small.insert(word) }
+        for word in words.reversed() { large.insert(word) }
+        #expect(Array(small) != Array(large), "the two sets iterate in the same order: the test cannot tell")
+        var wornA: [UUID: Int] = [:], wornB = [UUID: Int](minimumCapacity: 4096)
+        for (n, person) in people.enumerated() { wornA[person] = n }
+        for (n, person) in people.enumerated().reversed() { wornB[person] = n }
+        let outfit = Outfit(name: "linen", tags: small, worn: wornA)
+        try store.insert(outfit)
+        let before = try store.history().count
+        try store.upsert(Outfit(id: outfit.id, name: "linen", tags: large, worn: wornB))
+        #expect(try store.history().count == before, "an unchanged outfit wrote a history entry")
+        #expect(try store.get(Outfit.self, id: outfit.id) == outfit)
+    }
+}
