@@ -10,13 +10,19 @@ import Foundation
 /// written instead.
 enum FieldProbe {
     static func fields<T: Decodable>(of type: T.Type) -> [FieldDeclaration]? {
+        probe(type)?.fields
+    }
+
+    /// The stored fields, and what the type decodes under the key "id" (nil: nothing, when
+    /// its coding keys leave the record id out). nil when the type cannot be probed.
+    static func probe<T: Decodable>(_ type: T.Type) -> (fields: [FieldDeclaration], id: FieldDeclaration?)? {
         let probe = ProbeDecoder()
         do {
             _ = try T(from: probe)
         } catch {
             return nil
         }
-        return probe.fields.filter { $0.name != "id" }
+        return (probe.fields.filter { $0.name != "id" }, probe.fields.first { $0.name == "id" })
     }
 }
 

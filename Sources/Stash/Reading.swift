@@ -72,11 +72,18 @@ public struct RecordReader {
     }
 
     func decode<R: Record>(_ type: R.Type, _ bytes: [UInt8], _ id: RecordID, _ layout: TypeLayout) throws -> R {
+        let record: R
         do {
-            return try R(from: RecordDecoder(record: try EncodedRecord(bytes), id: id, layout: layout))
+            record = try R(from: RecordDecoder(record: try EncodedRecord(bytes), id: id, layout: layout))
         } catch {
             throw StoreError(.corrupted, "store \(path): \(layout.schema.name) \(id) cannot be decoded as \(R.self): \(describe(error))")
         }
+        // A type that does not decode its id from the key "id" (one that could not be probed
+        // at open) would hand out a record under another id than the one it is stored under.
+        guard record.id == id else {
+            throw StoreError(.incompatibleSchema, "store \(path): \(R.self) decoded \(layout.schema.name) \(id) with the id \(record.id); its Codable must decode the record id from the coding key 'id'")
+        }
+        return record
     }
 
     func generic(_ bytes: [UInt8], _ id: RecordID, _ layout: TypeLayout) throws -> GenericRecord {

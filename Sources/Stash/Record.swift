@@ -113,7 +113,17 @@ extension Record {
     ///   and queries through the index would find none. (A type that cannot be probed is
     ///   checked for nested paths only.)
     static func declaration(in store: String) throws -> TypeDeclaration {
-        let fields = FieldProbe.fields(of: Self.self)
+        let probed = FieldProbe.probe(Self.self)
+        let fields = probed?.fields
+        if let probed {
+            // The record id is the key, stored under no field: the type must decode it from "id".
+            guard let id = probed.id else {
+                throw StoreError(.incompatibleSchema, "store \(store): \(recordType) never decodes its id (its CodingKeys leave out 'id'), so every read would give the record a new id; add `case id` to its CodingKeys")
+            }
+            guard id.kind == .uuid, !id.optional else {
+                throw StoreError(.incompatibleSchema, "store \(store): \(recordType) decodes a \(id.optional ? "optional " : "")\(id.kind.rawValue) under the coding key 'id', which is the record id (a RecordID); give that property another coding key")
+            }
+        }
         for index in indexes {
             for (keyPath, field) in zip(index.keyPaths, index.fields)
             where field.contains(".") || fields.map({ !$0.contains { $0.name == field } }) ?? false {
