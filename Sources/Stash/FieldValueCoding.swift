@@ -12,14 +12,27 @@ enum EncodingNode {
     case value(FieldValue)
     case map(MapNode)
     case array(ArrayNode)
+    /// A super encoder's content: whatever container it was given (keyed, unkeyed or single).
+    case encoder(TreeEncoder)
 
     var resolved: FieldValue {
         switch self {
         case .value(let v): return v
         case .map(let m): return .map(m.entries.mapValues(\.resolved))
         case .array(let a): return .array(a.items.map(\.resolved))
+        case .encoder(let e): return e.root?.resolved ?? .map([:])
         }
     }
+}
+
+/// The key of `superEncoder()` / `superDecoder()` without a key: "super", whatever the
+/// container's own key type (a synthesized `CodingKeys` has no such case).
+struct SuperKey: CodingKey {
+    var stringValue: String { "super" }
+    var intValue: Int? { nil }
+    init() {}
+    init?(stringValue: String) { guard stringValue == "super" else { return nil } }
+    init?(intValue: Int) { nil }
 }
 
 /// Encodes any `Encodable` into a ``FieldValue``.
@@ -121,12 +134,11 @@ struct TreeKeyedEncoder<Key: CodingKey>: KeyedEncodingContainerProtocol {
         return TreeUnkeyedEncoder(node: child, codingPath: codingPath + [key])
     }
 
-    mutating func superEncoder() -> any Encoder { superEncoder(forKey: Key(stringValue: "super")!) }
-    mutating func superEncoder(forKey key: Key) -> any Encoder {
+    mutating func superEncoder() -> any Encoder { superEncoder(named: SuperKey()) }
+    mutating func superEncoder(forKey key: Key) -> any Encoder { superEncoder(named: key) }
+    private func superEncoder(named key: any CodingKey) -> any Encoder {
         let encoder = TreeEncoder(codingPath: codingPath + [key])
-        let child = MapNode()
-        encoder.root = .map(child)
-        node.entries[key.stringValue] = .map(child)
+        node.entries[key.stringValue] = .encoder(encoder)
         return encoder
     }
 }
@@ -175,9 +187,7 @@ struct TreeUnkeyedEncoder: UnkeyedEncodingContainer {
 
     mutating func superEncoder() -> any Encoder {
         let encoder = TreeEncoder(codingPath: nextPath)
-        let child = MapNode()
-        encoder.root = .map(child)
-        node.items.append(.map(child))
+        node.items.append(.encoder(encoder))
         return encoder
     }
 }

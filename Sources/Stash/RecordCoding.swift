@@ -234,12 +234,11 @@ struct RecordKeyedEncoder<Key: CodingKey>: KeyedEncodingContainerProtocol {
         return TreeUnkeyedEncoder(node: node, codingPath: [key])
     }
 
-    mutating func superEncoder() -> any Encoder { superEncoder(forKey: Key(stringValue: "super")!) }
-    mutating func superEncoder(forKey key: Key) -> any Encoder {
+    mutating func superEncoder() -> any Encoder { superEncoder(named: SuperKey()) }
+    mutating func superEncoder(forKey key: Key) -> any Encoder { superEncoder(named: key) }
+    private func superEncoder(named key: any CodingKey) -> any Encoder {
         let tree = TreeEncoder(codingPath: [key])
-        let node = MapNode()
-        tree.root = .map(node)
-        encoder.pending.append((key.stringValue, .map(node)))
+        encoder.pending.append((key.stringValue, .encoder(tree)))
         return tree
     }
 }
@@ -341,7 +340,7 @@ struct RecordKeyedDecoder<Key: CodingKey>: KeyedDecodingContainerProtocol {
         return keys
     }
 
-    private func range(_ key: Key) -> Range<Int>? {
+    private func range(_ key: any CodingKey) -> Range<Int>? {
         guard let slot = decoder.layout.slot(of: key.stringValue, hint: decoder.cursor) else { return nil }
         decoder.cursor = slot + 1
         return decoder.record.range(of: decoder.layout.tags[slot], hint: slot)
@@ -357,7 +356,7 @@ struct RecordKeyedDecoder<Key: CodingKey>: KeyedDecodingContainerProtocol {
         return (decoder.layout.defaults[key.stringValue] ?? .null) == .null
     }
 
-    private func missing(_ key: Key) -> DecodingError {
+    private func missing(_ key: any CodingKey) -> DecodingError {
         let type = decoder.layout.schema.name
         return .keyNotFound(key, .init(codingPath: [key], debugDescription:
             "stored \(type) record \(decoder.id) has no field '\(key.stringValue)'; make it optional or add \(type).fieldDefaults[\"\(key.stringValue)\"]"))
@@ -430,7 +429,7 @@ struct RecordKeyedDecoder<Key: CodingKey>: KeyedDecodingContainerProtocol {
         return try PrimitiveDecoding.decode(type, value, [key])
     }
 
-    private func fieldValue(_ key: Key) throws -> FieldValue {
+    private func fieldValue(_ key: any CodingKey) throws -> FieldValue {
         if let range = range(key) {
             var reader = ByteReader(decoder.record.bytes, range: range)
             return try reader.value()
@@ -447,6 +446,6 @@ struct RecordKeyedDecoder<Key: CodingKey>: KeyedDecodingContainerProtocol {
         try TreeDecoder(value: try fieldValue(key), codingPath: [key]).unkeyedContainer()
     }
 
-    func superDecoder() throws -> any Decoder { try superDecoder(forKey: Key(stringValue: "super")!) }
+    func superDecoder() throws -> any Decoder { TreeDecoder(value: try fieldValue(SuperKey()), codingPath: [SuperKey()]) }
     func superDecoder(forKey key: Key) throws -> any Decoder { TreeDecoder(value: try fieldValue(key), codingPath: [key]) }
 }

@@ -156,3 +156,73 @@ struct Outfit: Record, Equatable {
         #expect(try store.get(Outfit.self, id: outfit.id) == outfit)
     }
 }
+
+/// A class hierarchy whose subclass encodes its superclass through `superEncoder()`.
+class Shape: Codable, @unchecked Sendable {
+    let name: String
+    init(name: String) { self.name = name }
+}
+
+final class Circle: Shape, @unchecked Sendable {
+    let radius: Double
+    init(name: String, radius: Double) {
+        self.radius = radius
+        super.init(name: name)
+    }
+    enum CodingKeys: String, CodingKey { case radius }
+    required init(from decoder: any Decoder) throws {
+        let c = try decoder.container(keyedBy: CodingKeys.self)
+        radius = try c.decode(Double.self, forKey: .radius)
+        try super.init(from: c.superDecoder())
+    }
+    override func encode(to encoder: any Encoder) throws {
+        var c = encoder.container(keyedBy: CodingKeys.self)
+        try c.encode(radius, forKey: .radius)
+        try super.encode(to: c.superEncoder())
+    }
+}
+
+/// Encodes two fields through `superEncoder(forKey:)`: a date and an array.
+struct Sketch: Record {
+    var id = RecordID()
+    var drawnAt: Date
+    var strokes: [String]
+    var shape: Circle
+    enum CodingKeys: String, CodingKey { case id, drawnAt, strokes, shape }
+    init(drawnAt: Date, strokes: [String], shape: Circle) {
+        self.drawnAt = drawnAt
+        self.strokes = strokes
+        self.shape = shape
+    }
+    init(from decoder: any Decoder) throws {
+        let c = try decoder.container(keyedBy: CodingKeys.self)
+        id = try c.decode(RecordID.self, forKey: .id)
+        drawnAt = try Date(from: c.superDecoder(forKey: .drawnAt))
+        strokes = try [String](from: c.superDecoder(forKey: .strokes))
+        shape = try c.decode(Circle.self, forKey: .shape)
+    }
+    func encode(to encoder: any Encoder) throws {
+        var c = encoder.container(keyedBy: CodingKeys.self)
+        try c.encode(id, forKey: .id)
+        try drawnAt.encode(to: c.superEncoder(forKey: .drawnAt))
+        try strokes.encode(to: c.superEncoder(forKey: .strokes))
+        try c.encode(shape, forKey: .shape)
+    }
+}
+
+@Suite struct SuperEncoderTests {
+    /// `superEncoder()` on a synthesized `CodingKeys` trapped (a force-unwrapped key "super"
+    /// it has no case for), and `superEncoder(forKey:)` stored `{}` for a single value or an
+    /// array (the record then failed to decode).
+    @Test func superEncodersStoreWhatTheyAreGiven() throws {
+        let dir = TemporaryDirectory()
+        let store = try Store.open(at: dir.path, types: [Sketch.self])
+        let drawnAt = Date(timeIntervalSinceReferenceDate: 785_555_555.25)
+        let sketch = Sketch(drawnAt: drawnAt, strokes: ["line", "arc"], shape: Circle(name: "sun", radius: 2.5))
+        try store.insert(sketch)
+        let back = try #require(try store.get(Sketch.self, id: sketch.id))
+        #expect(back.drawnAt == drawnAt)
+        #expect(back.strokes == ["line", "arc"])
+        #expect(back.shape.name == "sun" && back.shape.radius == 2.5)
+    }
+}
