@@ -123,6 +123,12 @@ enum PlaceholderValue {
         default: break
         }
         if let cases = type as? any CaseIterable.Type, let first = firstCase(cases) as? T {
+            // The kind is what the first case encodes as (a raw value of any type, or a
+            // custom single value); before, a Double raw value was taken for a map, and every
+            // write of the type was refused as a change of kind.
+            if let encodable = first as? any Encodable, let kind = (try? FieldValue(encoding: encodable))?.kind {
+                return (first, kind)
+            }
             let raw = (first as? any RawRepresentable)?.rawValue
             let kind: FieldKind = raw is String ? .string : raw is any BinaryInteger ? .int : .map
             return (first, kind)

@@ -226,3 +226,26 @@ struct Sketch: Record {
         #expect(back.shape.name == "sun" && back.shape.radius == 2.5)
     }
 }
+
+/// A preset length, as a timer app declares it.
+enum Preset: TimeInterval, CaseIterable, Codable, Sendable {
+    case short = 300, long = 1500
+}
+
+struct Countdown: Record, Equatable {
+    var id = RecordID()
+    var preset: Preset
+}
+
+@Suite struct CaseIterableKindTests {
+    /// A CaseIterable enum with a Double raw value was probed as a map, so every insert was
+    /// refused ("stored as map, got double; change a field's kind with a Migration").
+    @Test func aDoubleRawValueEnumIsStoredAsADouble() throws {
+        let dir = TemporaryDirectory()
+        let store = try Store.open(at: dir.path, types: [Countdown.self])
+        let countdown = Countdown(preset: .long)
+        try store.insert(countdown)
+        #expect(try store.get(Countdown.self, id: countdown.id) == countdown)
+        #expect(store.schema.type(named: "Countdown")?.field(named: "preset")?.kind == .double)
+    }
+}
