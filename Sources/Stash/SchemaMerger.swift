@@ -142,6 +142,25 @@ struct SchemaMerger {
         return result
     }
 
+    /// An optional field declared non-optional now, without a default: every stored record
+    /// must hold a value, or each one without would fail to read (and with it every `fetch`
+    /// of the type). O(records of the type), only when a field turns required.
+    private func refuseRequiredFieldsMissingFromRecords(_ declaration: TypeDeclaration, _ stored: TypeSchema, _ storedCount: Int) throws {
+        guard storedCount > 0 else { return }
+        for field in declaration.fields where !field.optional && declaration.defaults[field.name] == nil {
+            guard let old = stored.fields.first(where: { $0.name == field.name }), old.optional, old.defaultValue == nil else { continue }
+            var lacking = 0
+            try txn.scan(dbs.records, prefix: StoreKeys.typePrefix(stored.tag)) { _, bytes in
+                let value = try EncodedRecord.value(of: old.tag, in: bytes)
+                if value == nil || value == .null { lacking += 1 }
+                return true
+            }
+            if lacking > 0 {
+                throw StoreError(.incompatibleSchema, "store \(path): \(stored.name).\(field.name) was optional and is declared non-optional now, but \(lacking) of the \(storedCount) stored \(stored.name) records have no value; keep it optional, or set \(stored.name).fieldDefaults[\"\(field.name)\"]")
+            }
+        }
+    }
+
     private func migrate(_ context: WriteContext) throws {
         for migration in options.migrations.sorted(by: { $0.version < $1.version })
         where migration.version > context.catalog.schema.version {
@@ -173,6 +192,7 @@ struct SchemaMerger {
         }
         let storedCount = try context.count(try context.layout(name).schema.tag)
         let before = try context.layout(name).schema
+        try refuseRequiredFieldsMissingFromRecords(declaration, before, storedCount)
         try context.updateSchema { schema in
             let t = schema.types.firstIndex { $0.name == name }!
             schema.types[t].localOnly = declaration.localOnly

@@ -50,6 +50,15 @@ struct Themed: Record, Equatable {
     static let indexes: [RecordIndex<Themed>] = [.index(\.theme)]
 }
 
+/// `color` turned non-optional.
+struct GarmentColorRequired: Record, Equatable {
+    static var recordType: String { "Garment" }
+    var id = RecordID()
+    var name: String
+    var size: Int
+    var color: String
+}
+
 /// Lost a field.
 struct GarmentNameOnly: Record, Equatable {
     static var recordType: String { "Garment" }
@@ -326,6 +335,29 @@ final class ProgressLog: Sendable {
         #expect(try store.count(Themed.self, where: \.theme, equals: "light") == 0)
         #expect(try store.fetchCount(FetchDescriptor<Themed>(predicate: #Predicate { $0.theme == nil })) == 1)
         #expect(try store.verify().isClean)
+    }
+
+    /// A field that turns non-optional while stored records have no value was accepted at
+    /// open, and then every read of such a record (and every fetch of the type) failed. It is
+    /// refused at open, naming how many records lack it; with every record holding a value it
+    /// is accepted.
+    @Test func aFieldTurningRequiredIsRefusedWhileRecordsLackIt() throws {
+        let dir = TemporaryDirectory()
+        let plain = GarmentWithColor(name: "plain", size: 1, color: nil)
+        let red = GarmentWithColor(name: "red", size: 2, color: "red")
+        do {
+            let store = try Store.open(at: dir.path, types: [GarmentWithColor.self])
+            try store.write { tx in try tx.insert(plain); try tx.insert(red) }
+        }
+        let error = thrownError { _ = try Store.open(at: dir.path, types: [GarmentColorRequired.self]) } as? StoreError
+        #expect(error?.code == .incompatibleSchema, "\(String(describing: error))")
+        #expect(error?.message.contains("1 of the 2 stored Garment records") == true, "\(String(describing: error))")
+        do {
+            let store = try Store.open(at: dir.path, types: [GarmentWithColor.self])
+            try store.update(GarmentWithColor(id: plain.id, name: "plain", size: 1, color: "white"))
+        }
+        let store = try Store.open(at: dir.path, types: [GarmentColorRequired.self])
+        #expect(try store.fetch(FetchDescriptor<GarmentColorRequired>()).count == 2)
     }
 
     @Test func addedIndexIsBackfilledWithProgress() throws {
