@@ -229,10 +229,13 @@ struct SchemaMerger {
                 }
             }
         }
-        if before.localOnly && !declaration.localOnly && storedCount > 0 {
-            // Synced from now on: the records it holds are in history that sync passed over
-            // while the type was local-only, so this open's history entry lists them again.
+        if before.localOnly && !declaration.localOnly {
+            // Synced from now on: the records it holds (and its deletes) are in history that
+            // sync passed over while the type was local-only, so this open's history entry
+            // lists them again. Peers' records of the type were skipped here while their
+            // watermarks moved past them: the sync engine asks every peer for everything again.
             try context.noteEveryRecordChanged(try context.layout(name))
+            try txn.put(dbs.meta, key: MetaKey.extensionKey(Store.typesTurnedSyncedKey), value: [1])
         }
         try mergeIndexes(declaration, into: context)
         // Stored records that lack a field are indexed under its default: an index on a field

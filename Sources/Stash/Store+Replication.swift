@@ -202,6 +202,11 @@ extension Store {
 
     static let syncPreferenceKey = "sync.preference"
 
+    /// Metadata key set when a type turned from local-only to synced at an open: records of
+    /// the type that peers sent were skipped while it was local-only. The sync engine resets
+    /// what it has received from every peer (peers then send full snapshots) and removes it.
+    public static let typesTurnedSyncedKey = "sync.typesTurnedSynced"
+
     /// The stored sync preference (what the next open will use). Default on.
     public func storedSyncPreference() throws -> Bool {
         try metadata(for: Self.syncPreferenceKey) != [0]

@@ -578,9 +578,12 @@ final class WriteContext: FieldTagResolver {
     /// records so far sync never sent. O(records of the type).
     func noteEveryRecordChanged(_ layout: TypeLayout) throws {
         let tags = layout.schema.fields.map(\.tag)
-        try txn.scan(dbs.records, prefix: StoreKeys.typePrefix(layout.schema.tag)) { key, _ in
+        // Every record and every delete has a versions entry: deletes made while the type was
+        // local-only are listed too (as deletes), so that peers learn of them.
+        try txn.scan(dbs.versions, prefix: StoreKeys.typePrefix(layout.schema.tag)) { key, _ in
             if let id = StoreKeys.id(fromRecordKey: key) {
-                changes.append(.init(typeTag: layout.schema.tag, id: id, operation: .update, fieldTags: tags))
+                let live = try txn.get(dbs.records, key: key) != nil
+                changes.append(.init(typeTag: layout.schema.tag, id: id, operation: live ? .update : .delete, fieldTags: live ? tags : []))
             }
             return true
         }

@@ -154,6 +154,7 @@ public final class SyncEngine: Sendable {
             family = have
         }
         try Self.adoptSite(of: store)
+        try Self.askForEverythingIfTypesTurnedSynced(store)
         guard isEnabled else { return }
         // A parked delta that still fails must not keep the store from syncing the rest: the
         // error is kept as the last error (``status(peer:)``); ``retryParked()`` throws it.
@@ -161,6 +162,64 @@ public final class SyncEngine: Sendable {
     }
 
     static let siteKey = "sync.site"
+
+    /// A type turned from local-only to synced at the store's open (``Store/typesTurnedSyncedKey``):
+    /// the records of it that peers sent were skipped while the watermarks moved past them.
+    /// Each source something was skipped from (``noteSkipped(_:from:in:)``) is asked for a full
+    /// snapshot at the next sync (merges are joins: what arrives twice changes nothing).
+    private static func askForEverythingIfTypesTurnedSynced(_ store: Store) throws {
+        guard try store.metadata(for: Store.typesTurnedSyncedKey) != nil else { return }
+        try store.write(author: "sync") { tx in
+            let synced = Set(tx.schema.types.filter { !$0.localOnly }.map(\.name))
+            var skipped = try skippedTypes(in: tx)
+            var wanted = try fullSnapshotsWanted(in: tx)
+            for (source, types) in skipped where !types.isDisjoint(with: synced) {
+                guard let site = RecordID(string: source) else { continue }
+                wanted.insert(site)
+                // A direct peer reads the request from this store, whichever side starts the exchange.
+                try tx.setMetadata([1], for: DirectTransport.requestKey(site))
+                skipped[source] = types.subtracting(synced)
+            }
+            try tx.setMetadata(Array(try JSONEncoder().encode(wanted.map(\.description).sorted())), for: fullSnapshotsWantedKey)
+            try tx.setMetadata(Array(try JSONEncoder().encode(skipped.filter { !$0.value.isEmpty })), for: skippedTypesKey)
+            try tx.setMetadata(nil, for: Store.typesTurnedSyncedKey)
+        }
+    }
+
+    static let skippedTypesKey = "sync.skippedLocalOnly"
+
+    /// The types of records skipped from each source because they are local-only here.
+    private static func skippedTypes(in reading: some StoreReading) throws -> [String: Set<String>] {
+        guard let bytes = try reading.metadata(for: skippedTypesKey) else { return [:] }
+        return (try? JSONDecoder().decode([String: Set<String>].self, from: Data(bytes))) ?? [:]
+    }
+
+    private static func noteSkipped(_ types: Set<String>, from source: RecordID, in tx: StoreTransaction) throws {
+        var skipped = try skippedTypes(in: tx)
+        let known = skipped[source.description, default: []]
+        guard !types.isSubset(of: known) else { return }
+        skipped[source.description] = known.union(types)
+        try tx.setMetadata(Array(try JSONEncoder().encode(skipped)), for: skippedTypesKey)
+    }
+
+    static let fullSnapshotsWantedKey = "sync.fullSnapshotsWanted"
+
+    private static func fullSnapshotsWanted(in reading: some StoreReading) throws -> Set<RecordID> {
+        guard let bytes = try reading.metadata(for: fullSnapshotsWantedKey),
+              let sites = try? JSONDecoder().decode([String].self, from: Data(bytes)) else { return [] }
+        return Set(sites.compactMap { RecordID(string: $0) })
+    }
+
+    /// Asks through `transport` for the full snapshots noted by
+    /// ``askForEverythingIfTypesTurnedSynced(_:)``, once.
+    private func requestWantedFullSnapshots(via transport: some SyncTransport) throws {
+        let wanted = try store.read { try Self.fullSnapshotsWanted(in: $0) }
+        guard !wanted.isEmpty else { return }
+        for source in wanted.sorted(by: { $0.description < $1.description }) where source != site {
+            try transport.requestFullSnapshot(from: source, for: self)
+        }
+        try store.setMetadata(nil, for: Self.fullSnapshotsWantedKey)
+    }
 
     /// Makes the peer watermarks belong to the store's current site. A store opened from a
     /// copy of its data file has a new site id (see ``Store/siteID``), which its peers have
@@ -292,6 +351,11 @@ public final class SyncEngine: Sendable {
             }
             var changed = 0
             var merged = 0
+            // Records of a type local-only here are skipped, and the watermark moves past
+            // them: which types were skipped from which source is kept, so that if a type turns
+            // synced here the source is asked for everything again.
+            let skipped = Set(delta.entries.lazy.map(\.type).filter(localOnly.contains))
+            if !skipped.isEmpty { try Self.noteSkipped(skipped, from: delta.source, in: tx) }
             // Merges are joins per record, so their order does not matter; unique-index
             // clashes are settled when the transaction commits, on the delta's final states.
             for entry in delta.entries where !localOnly.contains(entry.type) {
@@ -450,6 +514,7 @@ public final class SyncEngine: Sendable {
     public func fetchChanges(via transport: some SyncTransport) throws -> SyncReport {
         try recordingOutcome(problem: { $0.refused.isEmpty ? nil : "refused: \($0.refused.joined(separator: "; "))" }) {
             guard isEnabled else { throw SyncError(.disabled, "sync is off for store \(store.path); nothing fetched") }
+            try requestWantedFullSnapshots(via: transport)
             var report = SyncReport()
             // A gap or a parked delta holds back later deltas of the same source only.
             var blocked = Set<RecordID>()

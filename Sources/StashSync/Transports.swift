@@ -87,7 +87,7 @@ public struct DirectTransport: SyncTransport {
         try engine.store.setMetadata([1], for: Self.requestKey(source))
     }
 
-    private static func requestKey(_ source: RecordID) -> String { "sync.direct.fullSnapshotWanted.\(source)" }
+    static func requestKey(_ source: RecordID) -> String { "sync.direct.fullSnapshotWanted.\(source)" }
 
     private static func isRequested(from source: RecordID, in engine: SyncEngine) throws -> Bool {
         try engine.store.metadata(for: requestKey(source)) != nil
