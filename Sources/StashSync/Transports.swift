@@ -137,10 +137,7 @@ public struct RelayTransport: SyncTransport {
         // rollback or a clone of it.
         // The readers' acknowledgements count too: they stay after the files they acknowledge
         // are cleaned up.
-        let mine = folder(engine.site)
-        let acks = ((try? FileManager.default.contentsOfDirectory(at: mine.appendingPathComponent("acks"), includingPropertiesForKeys: nil)) ?? [])
-            .compactMap(readAcknowledgement)
-        let published = max(deltas(of: mine).map(\.to).max() ?? 0, acks.max() ?? 0)
+        let published = published(by: folder(engine.site))
         if published > delta.to {
             let current = try engine.store.read { try $0.historyBounds().current.sequence }
             if published > current {
@@ -157,6 +154,14 @@ public struct RelayTransport: SyncTransport {
         try AtomicFile.write(data, to: folder(engine.site).appendingPathComponent(name))
         try? FileManager.default.removeItem(at: folder(engine.site).appendingPathComponent("requests"))
         try cleanUp(for: engine)
+    }
+
+    /// How far a source's history has reached the relay: its newest file, or the newest
+    /// acknowledgement of it (they stay after the files they acknowledge are cleaned up).
+    private func published(by source: URL) -> UInt64 {
+        let acks = ((try? FileManager.default.contentsOfDirectory(at: source.appendingPathComponent("acks"), includingPropertiesForKeys: nil)) ?? [])
+            .compactMap(readAcknowledgement)
+        return max(deltas(of: source).map(\.to).max() ?? 0, acks.max() ?? 0)
     }
 
     private func usedBytes() -> Int {
@@ -193,6 +198,13 @@ public struct RelayTransport: SyncTransport {
             guard let source = RecordID(string: sourceFolder.lastPathComponent), source != engine.site else { continue }
             let received = try engine.store.read { try PeerWatermark.load(source.description, in: $0) }.receivedThrough
             var files = deltas(of: sourceFolder)
+            // The source published past what this store has, and the files are gone (read and
+            // cleaned up before this store joined): nothing here would show the gap, and the
+            // store would wait for the source's next write. Ask for a full snapshot.
+            if !files.contains(where: { $0.to > received }), published(by: sourceFolder) > received,
+               !FileManager.default.fileExists(atPath: sourceFolder.appendingPathComponent("requests").appendingPathComponent(myself).path) {
+                try requestFullSnapshot(from: source, for: engine)
+            }
             // A full snapshot newer than what we have makes the older files unnecessary.
             if let full = files.last(where: { $0.full && $0.to > received }) { files = files.filter { $0.to > full.to || $0.url == full.url } }
             for file in files where file.to > received {

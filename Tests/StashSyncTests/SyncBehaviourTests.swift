@@ -380,6 +380,27 @@ import StashTestSupport
         #expect(leftovers.isEmpty, "consumed deltas are cleaned: \(leftovers)")
     }
 
+    /// A store joining the relay after the others read and cleaned up every file found
+    /// nothing to read and reported "up to date" until some source wrote again. It asks the
+    /// sources whose acknowledged history it lacks for a full snapshot.
+    @Test func aStoreJoiningTheRelayAfterCleanUpGetsEverything() throws {
+        let dir = TemporaryDirectory()
+        let relayURL = dir.url.appendingPathComponent("relay")
+        try FileManager.default.createDirectory(at: relayURL, withIntermediateDirectories: true)
+        let relay = RelayTransport(directory: relayURL)
+        let a = try Device.open(dir.sub("a"), family: family)
+        let b = try Device.open(dir.sub("b"), family: family)
+        _ = try b.engine.fetchChanges(via: relay)   // b reads the relay
+        let note = Note(title: "before c", body: "")
+        try a.store.insert(note)
+        for _ in 0..<3 { try a.engine.sync(via: relay); try b.engine.sync(via: relay) }
+        let leftovers = FileManager.default.enumerator(atPath: relayURL.path)?.compactMap { $0 as? String }.filter { $0.hasSuffix(".delta") } ?? []
+        #expect(leftovers.isEmpty, "\(leftovers)")
+        let c = try Device.open(dir.sub("c"), family: family)
+        for _ in 0..<2 { for device in [c, a, b] { try device.engine.sync(via: relay) } }
+        #expect(try c.store.get(Note.self, id: note.id) == note)
+    }
+
     @Test func aFailingTransportKeepsEverythingPending() throws {
         let dir = TemporaryDirectory()
         let relayURL = dir.url.appendingPathComponent("relay")
