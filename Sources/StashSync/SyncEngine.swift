@@ -337,6 +337,14 @@ public final class SyncEngine: Sendable {
             throw SyncError(.wrongRecipient, "\(name) was made for store \(recipient), not this one (\(site)); export a delta for this store's site id")
         }
         let source = delta.source.description
+        // Deltas of a source wait behind its parked ones (they are retried in range order):
+        // applied now, the next would find a gap, answered by a full snapshot that is parked
+        // in turn, at every change of the source. A full snapshot goes ahead: it holds all.
+        let waiting = parking ? parkedRanges(of: delta.source) : []
+        if let newest = waiting.map(\.to).max(), !delta.isFullSnapshot {
+            if delta.to > newest { try park(data, delta) }
+            return .parked(reason: "waiting behind the parked deltas of \(source)")
+        }
         // The schema check runs in the write transaction that merges, against the schema it
         // sees: another process cannot change the schema in between.
         let result: Result<ApplyOutcome, Incompatibility> = try store.write(author: "sync") { tx in
@@ -374,11 +382,17 @@ public final class SyncEngine: Sendable {
             try watermark.save(in: tx)
             return .success(.applied(entries: delta.entries.count, changed: changed))
         }
+        // A full snapshot, applied or parked, holds everything the source's older parked deltas do.
+        let superseded = waiting.filter { $0.to <= delta.to }
         switch result {
         case .success(let outcome):
+            for file in superseded { try? FileManager.default.removeItem(at: file.url) }
             return outcome
         case .failure(let incompatible):
-            if parking { try park(data, delta) }
+            if parking {
+                try park(data, delta)
+                for file in superseded { try? FileManager.default.removeItem(at: file.url) }
+            }
             return .parked(reason: incompatible.reason)
         }
     }
@@ -438,6 +452,19 @@ public final class SyncEngine: Sendable {
     // MARK: Parked deltas
 
     var parkedDirectory: URL { URL(fileURLWithPath: store.path).appendingPathComponent("sync-parked") }
+
+    /// The parked deltas of `source`, with their ranges (from their names, see ``park(_:_:)``).
+    private func parkedRanges(of source: RecordID) -> [(url: URL, from: UInt64, to: UInt64)] {
+        let prefix = source.description + "-"
+        let files = (try? FileManager.default.contentsOfDirectory(at: parkedDirectory, includingPropertiesForKeys: nil)) ?? []
+        return files.compactMap { url in
+            let name = url.lastPathComponent
+            guard url.pathExtension == "delta", name.hasPrefix(prefix) else { return nil }
+            let range = name.dropFirst(prefix.count).dropLast(".delta".count).split(separator: "-")
+            guard range.count == 2, let from = UInt64(range[0]), let to = UInt64(range[1]) else { return nil }
+            return (url, from, to)
+        }
+    }
 
     private func park(_ data: Data, _ delta: Delta) throws {
         let name = String(format: "%@-%020llu-%020llu.delta", delta.source.description, delta.from, delta.to)
