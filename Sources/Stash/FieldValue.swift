@@ -326,6 +326,14 @@ func describe(_ error: any Error) -> String {
         case .valueNotFound(let t, let c): return "missing \(t) at '\(c.codingPath.map(\.stringValue).joined(separator: "."))'"
         @unknown default: return "\(e)"
         }
+    case let e as EncodingError:
+        switch e {
+        case .invalidValue(_, let c):
+            let path = c.codingPath.map(\.stringValue).joined(separator: ".")
+            return path.isEmpty ? c.debugDescription : "\(c.debugDescription) (at '\(path)')"
+        @unknown default: return "\(e)"
+        }
+    case let e as StoreError: return e.message
     default: return "\(error)"
     }
 }

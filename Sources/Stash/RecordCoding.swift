@@ -162,7 +162,11 @@ struct RecordKeyedEncoder<Key: CodingKey>: KeyedEncodingContainerProtocol {
         } else if T.self == UUID.self, let v = value as? UUID {
             try encoder.field(key.stringValue, .uuid) { $0.uuid(RecordID(v)) }
         } else {
-            let fieldValue = try FieldValue(encoding: value)
+            let fieldValue: FieldValue
+            do { fieldValue = try FieldValue(encoding: value) } catch {
+                // Name the field: the nested encoder knows only the path below it.
+                throw EncodingError.invalidValue(value, .init(codingPath: [key], debugDescription: describe(error)))
+            }
             if fieldValue == .null {
                 encoder.nilNames.append(key.stringValue)
                 return

@@ -182,7 +182,12 @@ final class WriteContext: FieldTagResolver {
         }
         // Records written together tend to be alike: reserve what the last one took (up to
         // 64 KiB, so that one large record does not make every later one reserve as much).
-        let encoded = try RecordEncoder.encode(record, resolver: self, capacity: encodedSizeHint)
+        let encoded: EncodedRecord
+        do {
+            encoded = try RecordEncoder.encode(record, resolver: self, capacity: encodedSizeHint)
+        } catch let error as EncodingError {
+            throw StoreError(.invalidValue, "store \(path): \(R.recordType) \(record.id) cannot be stored: \(describe(error))")
+        }
         encodedSizeHint = min(max(256, encoded.bytes.count + 32), 1 << 16)
         return (try currentEncodingLayout(), encoded)
     }

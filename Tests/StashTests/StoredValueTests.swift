@@ -249,3 +249,23 @@ struct Countdown: Record, Equatable {
         #expect(store.schema.type(named: "Countdown")?.field(named: "preset")?.kind == .double)
     }
 }
+
+/// A hash kept as a UInt64: values past Int64.max do not fit the stored integer.
+struct Fingerprint: Record, Equatable {
+    var id = RecordID()
+    var hash: UInt64
+}
+
+@Suite struct EncodingErrorTests {
+    /// A value that cannot be stored threw the raw EncodingError of the nested encoder, which
+    /// named neither the type nor the field. It is a StoreError naming both.
+    @Test func aValueThatDoesNotFitNamesItsTypeAndField() throws {
+        let dir = TemporaryDirectory()
+        let store = try Store.open(at: dir.path, types: [Fingerprint.self])
+        try store.insert(Fingerprint(hash: 42))
+        let error = thrownError { try store.insert(Fingerprint(hash: 1 << 63)) } as? StoreError
+        #expect(error?.code == .invalidValue, "\(String(describing: error))")
+        #expect(error?.message.contains("Fingerprint") == true && error?.message.contains("'hash'") == true, "\(String(describing: error))")
+        #expect(try store.count(Fingerprint.self) == 1)
+    }
+}
