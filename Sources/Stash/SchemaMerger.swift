@@ -167,6 +167,8 @@ struct SchemaMerger {
             if let type = context.catalog.schema.type(named: migration.type) {
                 let all = try records(of: type)
                 let phase = "migration \(migration.version) (\(type.name))"
+                context.migration = (type.name, [:])
+                defer { context.migration = nil }
                 for (n, (id, bytes)) in all.enumerated() {
                     let layout = try context.layout(type.name)
                     var record = try GenericRecord(decoding: context.decodeStored(bytes, type.name, id), id: id, layout: layout)
@@ -177,6 +179,10 @@ struct SchemaMerger {
                     let (newLayout, encoded) = try context.encode(record)
                     try context.put(newLayout, id: id, record: encoded, mode: .upsert)
                     if n % 10_000 == 0 || n == all.count - 1 { report(phase, n + 1, all.count) }
+                }
+                for (field, kinds) in context.migration?.kinds ?? [:] where kinds.count > 1 {
+                    let names = kinds.map(\.rawValue).sorted().joined(separator: " and ")
+                    throw StoreError(.incompatibleSchema, "store \(path): migration \(migration.version) left \(type.name).\(field) as both \(names); convert it in every record")
                 }
             }
             context.updateSchema { $0.version = migration.version }

@@ -126,6 +126,9 @@ final class WriteContext: FieldTagResolver {
         }
     }
 
+    /// The migration running (type name) and the kinds it wrote per field.
+    var migration: (type: String, kinds: [String: Set<FieldKind>])?
+
     func hasDefault(_ name: String) -> Bool {
         (try? currentEncodingLayout())?.defaults[name] != nil
     }
@@ -134,8 +137,11 @@ final class WriteContext: FieldTagResolver {
         let layout = try currentEncodingLayout()
         if let slot = layout.slot(of: name, hint: hint) {
             let tag = layout.tags[slot]
+            if let kind, migration?.type == encodingType { migration?.kinds[name, default: []].insert(kind) }
             if let kind, layout.kinds[slot] != kind {
-                guard let stored = layout.kinds[slot] else {
+                // A migration of the type rewrites every record of it: the field takes the kind
+                // it writes (``SchemaMerger`` checks afterwards that all agree).
+                guard let stored = layout.kinds[slot], migration?.type != encodingType else {
                     let type = encodingType
                     updateSchema { schema in
                         let t = schema.types.firstIndex { $0.name == type }!

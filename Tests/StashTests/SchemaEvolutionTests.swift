@@ -437,6 +437,31 @@ final class ProgressLog: Sendable {
         #expect(try store.count(GarmentV1.self) == 10)
     }
 
+    /// A field's kind could not change at all: the open said to add a Migration, but the
+    /// migration's own rewrite was refused on its first record as a change of kind. A
+    /// migration that converts every record now changes the kind; one that leaves records of
+    /// the old kind is refused, changing nothing.
+    @Test func aMigrationChangesAFieldsKind() throws {
+        let dir = TemporaryDirectory()
+        let old = try Self.seed(dir.path, 10)
+        var partial = StoreOptions()
+        partial.migrations = [Migration(version: 1, type: "Garment") { record in
+            if case .int(let size)? = record.fields["size"], size % 2 == 0 { record.fields["size"] = .string("size \(size)") }
+        }]
+        let error = thrownError { _ = try Store.open(at: dir.path, types: [GarmentSizeAsText.self], options: partial) } as? StoreError
+        #expect(error?.code == .incompatibleSchema && error?.message.contains("Garment.size as both int and string") == true, "\(String(describing: error))")
+        var options = StoreOptions()
+        options.migrations = [Migration(version: 1, type: "Garment") { record in
+            if case .int(let size)? = record.fields["size"] { record.fields["size"] = .string("size \(size)") }
+        }]
+        let store = try Store.open(at: dir.path, types: [GarmentSizeAsText.self], options: options)
+        for g in old {
+            #expect(try store.get(GarmentSizeAsText.self, id: g.id) == GarmentSizeAsText(id: g.id, name: g.name, size: "size \(g.size)"))
+        }
+        #expect(store.schema.type(named: "Garment")?.field(named: "size")?.kind == .string)
+        #expect(try store.verify().isClean)
+    }
+
     @Test func migrationDropsAndAddsAFieldOnce() throws {
         let dir = TemporaryDirectory()
         let photos = (0..<20).map { PhotoV1(title: "photo \($0)", imageFileName: "img\($0).jpg") }
