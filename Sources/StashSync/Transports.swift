@@ -197,6 +197,12 @@ public struct RelayTransport: SyncTransport {
         for sourceFolder in sources.sorted(by: { $0.lastPathComponent < $1.lastPathComponent }) {
             guard let source = RecordID(string: sourceFolder.lastPathComponent), source != engine.site else { continue }
             let received = try engine.store.read { try PeerWatermark.load(source.description, in: $0) }.receivedThrough
+            // An acknowledgement lost after its delta was applied (a crash, a failed upload):
+            // the file is never offered again, so it is written here, or the source keeps it.
+            let ack = sourceFolder.appendingPathComponent("acks").appendingPathComponent(myself)
+            if received > 0, readAcknowledgement(ack) ?? 0 < received {
+                try AtomicFile.write(Data(String(received).utf8), to: ack)
+            }
             var files = deltas(of: sourceFolder)
             // The source published past what this store has, and the files are gone (read and
             // cleaned up before this store joined): nothing here would show the gap, and the

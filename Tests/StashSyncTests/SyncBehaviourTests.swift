@@ -428,6 +428,28 @@ import StashTestSupport
         #expect(try c.store.get(Note.self, id: note.id) == note)
     }
 
+    /// An acknowledgement lost after its delta was applied kept the source's file on the
+    /// relay until the source wrote again (the file was never offered to the reader again).
+    @Test func aLostRelayAcknowledgementIsWrittenAgain() throws {
+        let dir = TemporaryDirectory()
+        let relayURL = dir.url.appendingPathComponent("relay")
+        try FileManager.default.createDirectory(at: relayURL, withIntermediateDirectories: true)
+        let relay = RelayTransport(directory: relayURL)
+        let a = try Device.open(dir.sub("a"), family: family)
+        let b = try Device.open(dir.sub("b"), family: family)
+        _ = try b.engine.fetchChanges(via: relay)
+        try a.store.insert(Note(title: "acked", body: ""))
+        try a.engine.sync(via: relay)
+        try b.engine.sync(via: relay)
+        let ack = relayURL.appendingPathComponent(a.engine.site.description).appendingPathComponent("acks").appendingPathComponent(b.engine.site.description)
+        try FileManager.default.removeItem(at: ack)   // lost on its way
+        try b.engine.sync(via: relay)
+        try a.engine.sync(via: relay)
+        let aFolder = relayURL.appendingPathComponent(a.engine.site.description)
+        let leftovers = try FileManager.default.contentsOfDirectory(atPath: aFolder.path).filter { $0.hasSuffix(".delta") }
+        #expect(leftovers.isEmpty, "a's delta stays on the relay: \(leftovers)")
+    }
+
     @Test func aFailingTransportKeepsEverythingPending() throws {
         let dir = TemporaryDirectory()
         let relayURL = dir.url.appendingPathComponent("relay")
