@@ -341,8 +341,11 @@ public final class SyncEngine: Sendable {
         // applied now, the next would find a gap, answered by a full snapshot that is parked
         // in turn, at every change of the source. A full snapshot goes ahead: it holds all.
         let waiting = parking ? parkedRanges(of: delta.source) : []
-        if let newest = waiting.map(\.to).max(), !delta.isFullSnapshot {
-            if delta.to > newest { try park(data, delta) }
+        if !delta.isFullSnapshot, let head = waiting.min(by: { $0.from < $1.from }),
+           try head.from <= store.read({ try PeerWatermark.load(source, in: $0) }).receivedThrough + 1 {
+            // Only behind a head that waits for the schema alone; a head with a gap before it
+            // must not hold back the deltas that will find the gap and ask for a full snapshot.
+            if !waiting.contains(where: { $0.from <= delta.from && $0.to >= delta.to }) { try park(data, delta) }
             return .parked(reason: "waiting behind the parked deltas of \(source)")
         }
         // The schema check runs in the write transaction that merges, against the schema it
@@ -477,6 +480,12 @@ public final class SyncEngine: Sendable {
     /// - Throws: the first error a parked delta met, after trying the others: an error (or a
     ///   delta still parked) holds back the later parked deltas of its own source only.
     public func retryParked() throws -> Int {
+        try retryParked(onGap: { _ in })
+    }
+
+    /// ``retryParked()``; `onGap` is called with each source whose oldest parked delta has a gap
+    /// before it (a full snapshot of that source is what can fill it).
+    func retryParked(onGap: (RecordID) throws -> Void) throws -> Int {
         let files = (try? FileManager.default.contentsOfDirectory(at: parkedDirectory, includingPropertiesForKeys: nil)) ?? []
         var applied = 0
         var blocked = Set<Substring>()
@@ -493,6 +502,10 @@ public final class SyncEngine: Sendable {
                     try FileManager.default.removeItem(at: file)
                     applied += 1
                 }
+            } catch let error as SyncError where error.code == .gap {
+                blocked.insert(source)
+                if let site = RecordID(string: String(source)) { try onGap(site) }
+                if firstError == nil { firstError = error }
             } catch {
                 blocked.insert(source)
                 if firstError == nil { firstError = error }
@@ -542,6 +555,11 @@ public final class SyncEngine: Sendable {
         try recordingOutcome(problem: { $0.refused.isEmpty ? nil : "refused: \($0.refused.joined(separator: "; "))" }) {
             guard isEnabled else { throw SyncError(.disabled, "sync is off for store \(store.path); nothing fetched") }
             try requestWantedFullSnapshots(via: transport)
+            // Parked deltas whose schema another process has brought here apply now, and a
+            // parked head with a gap before it asks for a full snapshot of its source.
+            if !parkedDeltas().isEmpty {
+                _ = try? retryParked(onGap: { source in try transport.requestFullSnapshot(from: source, for: self) })
+            }
             var report = SyncReport()
             // A gap or a parked delta holds back later deltas of the same source only.
             var blocked = Set<RecordID>()

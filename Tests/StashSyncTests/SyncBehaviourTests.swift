@@ -309,6 +309,39 @@ import StashTestSupport
         for note in notes { #expect(try upgraded.store.get(Note.self, id: note.id) == note) }
     }
 
+    /// A parked delta with a gap before it (a delivery lost on the way) must not hold back the
+    /// deltas after it: they find the gap and ask for a full snapshot, which fills it. Waiting
+    /// behind it, no gap was ever seen and the source stalled for good; and a late delta
+    /// older than the parked one was acknowledged without being kept.
+    @Test func aParkedDeltaWithAGapBeforeItDoesNotStallItsSource() throws {
+        let dir = TemporaryDirectory()
+        let a = try Device.open(dir.sub("a"), family: family)
+        var b = try Device.open(dir.sub("b"), family: family, types: [Note.self])
+        /// The next delta for B, taken as delivered by A unless `delivered` is false.
+        func next(delivered: Bool = true) throws -> Data {
+            let delta = try a.engine.makeDelta(for: b.engine.site)
+            if delivered { try a.engine.acknowledge(peer: b.engine.site, through: delta.to) }
+            return delta.encoded(key: nil)
+        }
+        let first = Note(title: "first", body: ""), lost = Note(title: "lost on the way", body: ""), after = Note(title: "after", body: "")
+        try a.store.insert(first)
+        #expect(try b.engine.apply(try next()) == .applied(entries: 1, changed: 1))
+        try a.store.insert(lost)
+        let lostDelta = try next()                       // never arrives in order
+        try a.store.insert(Wallet())
+        guard case .parked = try b.engine.apply(try next()) else { Issue.record("the wallet was not parked"); return }
+        try a.store.insert(after)
+        #expect(throws: SyncError.self) { try b.engine.apply(try next(delivered: false)) }   // the gap shows
+        // The late delta is kept, not dropped.
+        let late = try b.engine.apply(lostDelta)
+        #expect(late == .applied(entries: 1, changed: 1) || b.engine.parkedDeltas().count == 2, "\(late) \(b.engine.parkedDeltas())")
+        // The app upgrades; syncing brings everything.
+        b = try Device.open(dir.sub("b"), family: family)
+        for _ in 0..<3 { _ = try? a.sync(with: b) }
+        for note in [first, lost, after] { #expect(try b.store.get(Note.self, id: note.id) == note, "\(note.title)") }
+        #expect(try b.store.count(Wallet.self) == 1)
+    }
+
     @Test func editsMadeWhileSyncIsOffArriveExactlyOnceWhenTurnedOn() throws {
         let dir = TemporaryDirectory()
         var a = try Device.open(dir.sub("a"), family: family)
