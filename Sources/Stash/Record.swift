@@ -116,12 +116,16 @@ extension Record {
         let probed = FieldProbe.probe(Self.self)
         let fields = probed?.fields
         if let probed {
-            // The record id is the key, stored under no field: the type must decode it from "id".
-            guard let id = probed.id else {
+            // The record id is the key, stored under no field: a type decodes it from "id" (as a
+            // RecordID, optional or not), or computes it (the same id at every decode). One
+            // whose id comes from a default (CodingKeys leaving 'id' out of `var id = RecordID()`)
+            // would read back under a new id at every read.
+            if let id = probed.id {
+                guard id.kind == .uuid else {
+                    throw StoreError(.incompatibleSchema, "store \(store): \(recordType) decodes a \(id.kind.rawValue) under the coding key 'id', which is the record id (a RecordID); give that property another coding key")
+                }
+            } else if let first = try? Self(from: ProbeDecoder()), let second = try? Self(from: ProbeDecoder()), first.id != second.id {
                 throw StoreError(.incompatibleSchema, "store \(store): \(recordType) never decodes its id (its CodingKeys leave out 'id'), so every read would give the record a new id; add `case id` to its CodingKeys")
-            }
-            guard id.kind == .uuid, !id.optional else {
-                throw StoreError(.incompatibleSchema, "store \(store): \(recordType) decodes a \(id.optional ? "optional " : "")\(id.kind.rawValue) under the coding key 'id', which is the record id (a RecordID); give that property another coding key")
             }
         }
         for index in indexes {
