@@ -147,16 +147,19 @@ struct SchemaMerger {
     /// of the type). O(records of the type), only when a field turns required.
     private func refuseRequiredFieldsMissingFromRecords(_ declaration: TypeDeclaration, _ stored: TypeSchema, _ storedCount: Int) throws {
         guard storedCount > 0 else { return }
-        for field in declaration.fields where !field.optional && declaration.defaults[field.name] == nil {
-            guard let old = stored.fields.first(where: { $0.name == field.name }), old.optional, old.defaultValue == nil else { continue }
+        for field in declaration.fields where !field.optional {
+            guard let old = stored.fields.first(where: { $0.name == field.name }), old.optional else { continue }
+            // A record without the field reads the default, if there is one; a stored null
+            // (a nil the app wrote) reads as nothing either way.
+            let hasDefault = declaration.defaults[field.name] != nil || old.defaultValue != nil
             var lacking = 0
             try txn.scan(dbs.records, prefix: StoreKeys.typePrefix(stored.tag)) { _, bytes in
                 let value = try EncodedRecord.value(of: old.tag, in: bytes)
-                if value == nil || value == .null { lacking += 1 }
+                if value == .null || (value == nil && !hasDefault) { lacking += 1 }
                 return true
             }
             if lacking > 0 {
-                throw StoreError(.incompatibleSchema, "store \(path): \(stored.name).\(field.name) was optional and is declared non-optional now, but \(lacking) of the \(storedCount) stored \(stored.name) records have no value; keep it optional, or set \(stored.name).fieldDefaults[\"\(field.name)\"]")
+                throw StoreError(.incompatibleSchema, "store \(path): \(stored.name).\(field.name) was optional and is declared non-optional now, but \(lacking) of the \(storedCount) stored \(stored.name) records have no value (nil); keep it optional, or give those records a value with a Migration\(hasDefault ? "" : " or set \(stored.name).fieldDefaults[\"\(field.name)\"]")")
             }
         }
     }

@@ -100,6 +100,19 @@ import StashTestSupport
         #expect(onB == ["from A", "from B"], "\(onB)")
     }
 
+    /// A field with a default cleared to nil is stored as null; a merge dropped the null, so
+    /// the other replica read (and indexed) the default: the replicas disagreed.
+    @Test func aClearedFieldWithADefaultStaysNilOnEveryReplica() throws {
+        let dir = TemporaryDirectory()
+        let a = try Device.open(dir.sub("a"), family: family, types: syncTypes + [Label.self])
+        let b = try Device.open(dir.sub("b"), family: family, types: syncTypes + [Label.self])
+        let label = Label(text: "urgent", color: nil)
+        try a.store.insert(label)
+        try a.sync(with: b)
+        #expect(try a.store.get(Label.self, id: label.id) == label)
+        #expect(try b.store.get(Label.self, id: label.id) == label)
+    }
+
     @Test func sameFieldResolvesIdenticallyEverywhere() throws {
         let dir = TemporaryDirectory()
         let a = try Device.open(dir.sub("a"), family: family)

@@ -38,6 +38,14 @@ struct MemoStarred: Record, Equatable {
     static var fieldDefaults: [String: FieldValue] { ["starred": .bool(false)] }
 }
 
+/// A label whose color reads "blue" for labels stored before it existed, and may be cleared.
+struct Label: Record, Equatable {
+    var id = RecordID()
+    var text: String
+    var color: String?
+    static var fieldDefaults: [String: FieldValue] { ["color": .string("blue")] }
+}
+
 struct Wallet: Record, Equatable {
     var id = RecordID()
     var credits = Counter()

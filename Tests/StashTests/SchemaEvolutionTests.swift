@@ -59,6 +59,16 @@ struct GarmentColorRequired: Record, Equatable {
     var color: String
 }
 
+/// ``Themed`` with the theme required, its default kept.
+struct ThemedRequired: Record, Equatable {
+    static var recordType: String { "Themed" }
+    var id = RecordID()
+    var name: String
+    var theme: String
+    static var fieldDefaults: [String: FieldValue] { ["theme": .string("light")] }
+    static let indexes: [RecordIndex<ThemedRequired>] = [.index(\.theme)]
+}
+
 /// Lost a field.
 struct GarmentNameOnly: Record, Equatable {
     static var recordType: String { "Garment" }
@@ -358,6 +368,19 @@ final class ProgressLog: Sendable {
         }
         let store = try Store.open(at: dir.path, types: [GarmentColorRequired.self])
         #expect(try store.fetch(FetchDescriptor<GarmentColorRequired>()).count == 2)
+    }
+
+    /// A nil written for a field with a default is stored as null; the field turning
+    /// non-optional (the default kept) was accepted at open, and every read of such a record
+    /// then failed. It is refused while records hold a null.
+    @Test func aFieldWithADefaultTurningRequiredIsRefusedWhileRecordsHoldNil() throws {
+        let dir = TemporaryDirectory()
+        do {
+            let store = try Store.open(at: dir.path, types: [Themed.self])
+            try store.write { tx in try tx.insert(Themed(name: "plain", theme: nil)); try tx.insert(Themed(name: "dark", theme: "dark")) }
+        }
+        let error = thrownError { _ = try Store.open(at: dir.path, types: [ThemedRequired.self]) } as? StoreError
+        #expect(error?.code == .incompatibleSchema && error?.message.contains("1 of the 2 stored Themed records") == true, "\(String(describing: error))")
     }
 
     @Test func addedIndexIsBackfilledWithProgress() throws {
