@@ -164,6 +164,16 @@ struct SchemaMerger {
         }
     }
 
+    /// Whether a stored record of `type` holds a non-null value of field `tag`. O(records).
+    private func anyRecordHolds(_ tag: UInt16, of type: TypeSchema) throws -> Bool {
+        var held = false
+        try txn.scan(dbs.records, prefix: StoreKeys.typePrefix(type.tag)) { _, bytes in
+            if let value = try EncodedRecord.value(of: tag, in: bytes), value != .null { held = true }
+            return !held
+        }
+        return held
+    }
+
     private func migrate(_ context: WriteContext) throws {
         for migration in options.migrations.sorted(by: { $0.version < $1.version })
         where migration.version > context.catalog.schema.version {
@@ -202,13 +212,20 @@ struct SchemaMerger {
         let storedCount = try context.count(try context.layout(name).schema.tag)
         let before = try context.layout(name).schema
         try refuseRequiredFieldsMissingFromRecords(declaration, before, storedCount)
+        // A field no stored record holds a value of may take another kind (a kind recorded
+        // wrongly, such as the map an older probe gave an enum with Double raw values).
+        var unheld = Set<String>()
+        for field in declaration.fields {
+            guard let old = before.fields.first(where: { $0.name == field.name }), let kind = old.kind, kind != field.kind else { continue }
+            if try storedCount == 0 || !anyRecordHolds(old.tag, of: before) { unheld.insert(field.name) }
+        }
         try context.updateSchema { schema in
             let t = schema.types.firstIndex { $0.name == name }!
             schema.types[t].localOnly = declaration.localOnly
             for field in declaration.fields {
                 if let f = schema.types[t].fields.firstIndex(where: { $0.name == field.name }) {
                     let stored = schema.types[t].fields[f]
-                    if let kind = stored.kind, kind != field.kind {
+                    if let kind = stored.kind, kind != field.kind, !unheld.contains(field.name) {
                         throw StoreError(.incompatibleSchema, "store \(path): \(name).\(field.name) is stored as \(kind.rawValue) but declared \(field.kind.rawValue); add a Migration (version \(schema.version + 1)) that converts it")
                     }
                     // Counter or plain map decides how replicas merge the field; a store that

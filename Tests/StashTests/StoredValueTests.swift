@@ -237,7 +237,28 @@ struct Countdown: Record, Equatable {
     var preset: Preset
 }
 
+/// ``Countdown`` as a store recorded it before: `preset` of kind map, never holding a value.
+struct CountdownRecordedAsMap: Record {
+    static var recordType: String { "Countdown" }
+    var id = RecordID()
+    var preset: [String: Double]?
+}
+
 @Suite struct CaseIterableKindTests {
+    /// A store that recorded the wrong kind for a field no record holds (every write of it
+    /// was refused) could not open with the right kind: the open refused the change of kind.
+    @Test func aFieldNoRecordHoldsTakesTheDeclaredKind() throws {
+        let dir = TemporaryDirectory()
+        do {
+            let store = try Store.open(at: dir.path, types: [CountdownRecordedAsMap.self])
+            #expect(store.schema.type(named: "Countdown")?.field(named: "preset")?.kind == .map)
+        }
+        let store = try Store.open(at: dir.path, types: [Countdown.self])
+        let countdown = Countdown(preset: .short)
+        try store.insert(countdown)
+        #expect(try store.get(Countdown.self, id: countdown.id) == countdown)
+    }
+
     /// A CaseIterable enum with a Double raw value was probed as a map, so every insert was
     /// refused ("stored as map, got double; change a field's kind with a Migration").
     @Test func aDoubleRawValueEnumIsStoredAsADouble() throws {
