@@ -223,7 +223,9 @@ final class WriteContext: FieldTagResolver {
     /// app sharing the store, they are neither its to remove nor changed by it. Without this,
     /// an update from a device still on an older version erased the newer fields, and sync
     /// carried the loss to every device. A field the type declares, or encoded as nil, is
-    /// replaced as written.
+    /// replaced as written. For a type that cannot be probed, what it encodes is all it is
+    /// known to have: its `encode(to:)` must encode a nil field (`encodeIfPresent`, as
+    /// synthesized Codable does) for the nil to clear the stored value.
     /// - Returns: false when nothing changed (same bytes and versions).
     @discardableResult
     func put(_ layout: TypeLayout, id: RecordID, record written: EncodedRecord, mode: WriteMode,
@@ -260,6 +262,11 @@ final class WriteContext: FieldTagResolver {
         }
         if oldBytes == new.bytes && (merged == nil || merged == oldVersions) { return false }
         let old = try decodedOld ?? oldBytes.map { try decodeStored($0, type.name, id) }
+        // The same fields with the same bytes in another order (kept fields go last): no change.
+        if merged == nil, let old, old.fields.count == new.fields.count,
+           new.fields.allSatisfy({ old.rawValue(of: $0.tag) == new.bytes[$0.range] }) {
+            return false
+        }
         if old == nil, !type.indexes.contains(where: \.unique) {
             // A new record and no unique index: nothing to check first, no old key to remove.
             // The record first: on a damaged store its put throws before any index entry exists.

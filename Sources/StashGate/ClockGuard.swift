@@ -54,12 +54,14 @@ public final class ClockGuard: Sendable {
         return current
     }
 
-    /// Lowers the highest time seen to `instant` (ms), in the store and, once `tx` commits, in
-    /// memory: called with the server time of a verified snapshot newer than the one in force,
-    /// in the transaction that stores that snapshot.
+    /// Lowers the highest time seen to `instant` (ms), in memory and in the store: called with
+    /// the server time of a verified snapshot newer than the one in force, in the transaction
+    /// that stores that snapshot. Memory is lowered at once, so that a save serialized behind
+    /// this transaction cannot write the higher time back (a rolled-back settle leaves memory
+    /// low until the next launch reads the store).
     func settle(at instant: Int64, in tx: StoreTransaction) throws {
+        lower(to: instant)
         try tx.setMetadata(encodeInt64(instant), for: Self.metadataKey)
-        tx.afterCommit { [self] in lower(to: instant) }
     }
 
     /// Takes the stored highest time as it is, lower or not: what another process settled

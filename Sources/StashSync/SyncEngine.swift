@@ -256,10 +256,11 @@ public final class SyncEngine: Sendable {
     /// The delta of changes `peer` has not received (peer nil: for the relay, all origins).
     /// A peer that fell behind purged history gets a full snapshot (``Delta/isFullSnapshot``).
     public func makeDelta(for peer: RecordID?, fullSnapshot: Bool = false) throws -> Delta {
-        // What leaves must survive a power cut here: a commit lost after a peer got it would
-        // be numbered again by the next one, which the peer would take for the one it has.
-        if store.durability != .full { try store.flush() }
         return try store.read { snapshot in
+            // What leaves must survive a power cut here: a commit lost after a peer got it would
+            // be numbered again by the next one, which the peer would take for the one it has.
+            // Flushed inside the snapshot, so every commit it sees is on disk.
+            if store.durability != .full { try store.flush() }
             let schema = snapshot.schema
             let synced = Set(schema.types.filter { !$0.localOnly }.map(\.name))
             let bounds = try snapshot.historyBounds()
