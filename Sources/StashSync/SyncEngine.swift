@@ -211,14 +211,20 @@ public final class SyncEngine: Sendable {
     }
 
     /// Asks through `transport` for the full snapshots noted by
-    /// ``askForEverythingIfTypesTurnedSynced(_:)``, once.
+    /// ``askForEverythingIfTypesTurnedSynced(_:)``. A source stays on the list until a full
+    /// snapshot of it is applied (a store may reach some sources through another transport).
     private func requestWantedFullSnapshots(via transport: some SyncTransport) throws {
         let wanted = try store.read { try Self.fullSnapshotsWanted(in: $0) }
-        guard !wanted.isEmpty else { return }
         for source in wanted.sorted(by: { $0.description < $1.description }) where source != site {
             try transport.requestFullSnapshot(from: source, for: self)
         }
-        try store.setMetadata(nil, for: Self.fullSnapshotsWantedKey)
+    }
+
+    /// Takes `source` off the list of wanted full snapshots (one of it was applied).
+    private static func fullSnapshotArrived(from source: RecordID, in tx: StoreTransaction) throws {
+        var wanted = try fullSnapshotsWanted(in: tx)
+        guard wanted.remove(source) != nil else { return }
+        try tx.setMetadata(wanted.isEmpty ? nil : Array(try JSONEncoder().encode(wanted.map(\.description).sorted())), for: fullSnapshotsWantedKey)
     }
 
     /// Makes the peer watermarks belong to the store's current site. A store opened from a
@@ -384,6 +390,7 @@ public final class SyncEngine: Sendable {
             watermark.receivedThrough = max(watermark.receivedThrough, delta.to)
             watermark.lastReceived = store.clock()
             try watermark.save(in: tx)
+            if delta.isFullSnapshot { try Self.fullSnapshotArrived(from: delta.source, in: tx) }
             return .success(.applied(entries: delta.entries.count, changed: changed))
         }
         // A full snapshot, applied or parked, holds everything the source's older parked deltas do.

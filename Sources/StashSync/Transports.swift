@@ -208,6 +208,7 @@ public struct RelayTransport: SyncTransport {
             // cleaned up before this store joined): nothing here would show the gap, and the
             // store would wait for the source's next write. Ask for a full snapshot.
             if !files.contains(where: { $0.to > received }), published(by: sourceFolder) > received,
+               (readNote(sourceFolder.appendingPathComponent("seen"))?.family ?? engine.family) == engine.family,
                !FileManager.default.fileExists(atPath: sourceFolder.appendingPathComponent("requests").appendingPathComponent(myself).path) {
                 try requestFullSnapshot(from: source, for: engine)
             }
