@@ -209,3 +209,18 @@ enum DeclaredFields {
         return names
     }
 }
+
+/// The index fields of record types that could not be probed at open, checked against what
+/// the first record written of each actually stores (``WriteContext/encode(_:)``): an index
+/// on a renamed coding key or a computed property would index every record as lacking it.
+enum IndexFieldCheck {
+    private static let checked = Mutex<Set<ObjectIdentifier>>([])
+
+    static func isDone(_ type: any Record.Type) -> Bool {
+        checked.withLock { $0.contains(ObjectIdentifier(type)) }
+    }
+
+    static func markDone(_ type: any Record.Type) {
+        _ = checked.withLock { $0.insert(ObjectIdentifier(type)) }
+    }
+}

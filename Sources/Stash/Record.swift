@@ -129,6 +129,9 @@ extension Record {
             }
         }
         for index in indexes {
+            for (keyPath, field) in zip(index.keyPaths, index.fields) where field.hasPrefix("<") {
+                throw StoreError(.incompatibleSchema, "store \(store): \(recordType) declares an index on \(keyPath), whose property has no name in this build (\(field)): build with reflection metadata (do not set SWIFT_REFLECTION_METADATA_LEVEL=none)")
+            }
             for (keyPath, field) in zip(index.keyPaths, index.fields)
             where field.contains(".") || fields.map({ !$0.contains { $0.name == field } }) ?? false {
                 let stored = (fields ?? []).map(\.name).sorted().joined(separator: ", ")

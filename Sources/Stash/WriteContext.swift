@@ -195,7 +195,26 @@ final class WriteContext: FieldTagResolver {
             throw StoreError(.invalidValue, "store \(path): \(R.recordType) \(record.id) cannot be stored: \(describe(error))")
         }
         encodedSizeHint = min(max(256, encoded.bytes.count + 32), 1 << 16)
-        return (try currentEncodingLayout(), encoded)
+        let layout = try currentEncodingLayout()
+        if !IndexFieldCheck.isDone(R.self) { try checkIndexFields(R.self, encoded, layout) }
+        return (layout, encoded)
+    }
+
+    /// For a type the open could not probe, the first record written shows what it stores:
+    /// each field an index of the type names must be among them (written, or encoded as nil).
+    private func checkIndexFields<R: Record>(_ type: R.Type, _ encoded: EncodedRecord, _ layout: TypeLayout) throws {
+        if DeclaredFields.names(of: R.self) == nil {
+            var stored = Set(encoded.nilNames)
+            for field in encoded.fields {
+                if let name = layout.schema.fields.first(where: { $0.tag == field.tag })?.name { stored.insert(name) }
+            }
+            for index in R.indexes {
+                for (keyPath, field) in zip(index.keyPaths, index.fields) where !stored.contains(field) {
+                    throw StoreError(.incompatibleSchema, "store \(path): \(R.recordType) declares an index on \(keyPath), but its encode(to:) stores no field '\(field)' (it stores: \(stored.sorted().joined(separator: ", "))); index stored properties whose coding key is their own name, not computed properties or renamed coding keys")
+                }
+            }
+        }
+        IndexFieldCheck.markDone(R.self)
     }
 
     func encode(_ record: GenericRecord) throws -> (TypeLayout, EncodedRecord) {
