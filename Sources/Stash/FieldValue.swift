@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 
 /// A stored field value, independent of any Swift type: what the generic paths
 /// (command line, dump, verification, sync) read and write.
@@ -271,6 +272,14 @@ extension FieldValue {
     }
 }
 
+/// One formatter of whole-second ISO 8601 dates for the process (making one per date made a
+/// dump of many records slow); formatters are not safe to share between threads unguarded.
+private let internetDateTime: Mutex<ISO8601DateFormatter> = {
+    let formatter = ISO8601DateFormatter()
+    formatter.formatOptions = [.withInternetDateTime]
+    return Mutex(formatter)
+}()
+
 /// Parses an ISO 8601 date and time with a zone ("Z" or "+01:00") and any number of decimals
 /// of a second, to the `Date` nearest to what it says (exactly what ``exactISO8601(_:)`` printed).
 func parseISO8601(_ text: String) -> Date? {
@@ -283,9 +292,7 @@ func parseISO8601(_ text: String) -> Date? {
         guard !decimals.isEmpty else { return nil }
         wholeText = String(text[..<dot] + text[digitsEnd...])
     }
-    let f = ISO8601DateFormatter()
-    f.formatOptions = [.withInternetDateTime]
-    guard let whole = f.date(from: wholeText) else { return nil }
+    guard let whole = internetDateTime.withLock({ $0.date(from: wholeText) }) else { return nil }
     let seconds = whole.timeIntervalSinceReferenceDate   // whole seconds: zones are whole minutes
     guard !decimals.isEmpty else { return whole }
     guard let exact = Decimal(string: "0." + decimals).map({ Decimal(Int64(seconds)) + $0 }),
@@ -303,9 +310,7 @@ func exactISO8601(_ date: Date) -> String? {
     // The shortest decimal that reads back as `seconds`, minus its whole seconds: exact in Decimal.
     guard let shortest = Decimal(string: "\(seconds)") else { return nil }
     let fraction = shortest - Decimal(Int64(whole))
-    let f = ISO8601DateFormatter()
-    f.formatOptions = [.withInternetDateTime]
-    var text = f.string(from: Date(timeIntervalSinceReferenceDate: whole))
+    var text = internetDateTime.withLock { $0.string(from: Date(timeIntervalSinceReferenceDate: whole)) }
     if fraction != 0 {
         let digits = fraction.description.drop { $0 != "." }.dropFirst()
         guard !digits.isEmpty, text.hasSuffix("Z") else { return nil }
