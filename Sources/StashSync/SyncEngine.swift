@@ -175,12 +175,13 @@ public final class SyncEngine: Sendable {
             var wanted = try fullSnapshotsWanted(in: tx)
             for (source, types) in skipped where !types.isDisjoint(with: synced) {
                 guard let site = RecordID(string: source) else { continue }
-                wanted.insert(site)
-                // A direct peer reads the request from this store, whichever side starts the exchange.
+                // A direct peer reads the request from this store, whichever side starts the
+                // exchange: it is asked here; a relay is asked at the next fetch through it.
                 try tx.setMetadata([1], for: DirectTransport.requestKey(site))
+                wanted[source, default: []].insert("direct")
                 skipped[source] = types.subtracting(synced)
             }
-            try tx.setMetadata(Array(try JSONEncoder().encode(wanted.map(\.description).sorted())), for: fullSnapshotsWantedKey)
+            try saveFullSnapshotsWanted(wanted, in: tx)
             try tx.setMetadata(Array(try JSONEncoder().encode(skipped.filter { !$0.value.isEmpty })), for: skippedTypesKey)
             try tx.setMetadata(nil, for: Store.typesTurnedSyncedKey)
         }
@@ -204,27 +205,42 @@ public final class SyncEngine: Sendable {
 
     static let fullSnapshotsWantedKey = "sync.fullSnapshotsWanted"
 
-    private static func fullSnapshotsWanted(in reading: some StoreReading) throws -> Set<RecordID> {
-        guard let bytes = try reading.metadata(for: fullSnapshotsWantedKey),
-              let sites = try? JSONDecoder().decode([String].self, from: Data(bytes)) else { return [] }
-        return Set(sites.compactMap { RecordID(string: $0) })
+    /// The sources wanted in full, each with the kinds of transport ("direct", "relay") it was
+    /// already asked through: each kind asks once (asking at every fetch made an idle source
+    /// export its whole store at every sync), and a source leaves the list once a full
+    /// snapshot of it is applied.
+    private static func fullSnapshotsWanted(in reading: some StoreReading) throws -> [String: Set<String>] {
+        guard let bytes = try reading.metadata(for: fullSnapshotsWantedKey) else { return [:] }
+        return (try? JSONDecoder().decode([String: Set<String>].self, from: Data(bytes))) ?? [:]
+    }
+
+    private static func saveFullSnapshotsWanted(_ wanted: [String: Set<String>], in tx: StoreTransaction) throws {
+        try tx.setMetadata(wanted.isEmpty ? nil : Array(try JSONEncoder().encode(wanted)), for: fullSnapshotsWantedKey)
     }
 
     /// Asks through `transport` for the full snapshots noted by
-    /// ``askForEverythingIfTypesTurnedSynced(_:)``. A source stays on the list until a full
-    /// snapshot of it is applied (a store may reach some sources through another transport).
+    /// ``askForEverythingIfTypesTurnedSynced(_:)`` that were not asked through its kind yet.
     private func requestWantedFullSnapshots(via transport: some SyncTransport) throws {
+        let kind = transport.peer == nil ? "relay" : "direct"
         let wanted = try store.read { try Self.fullSnapshotsWanted(in: $0) }
-        for source in wanted.sorted(by: { $0.description < $1.description }) where source != site {
-            try transport.requestFullSnapshot(from: source, for: self)
+        let toAsk = wanted.filter { !$0.value.contains(kind) }.keys.sorted()
+        guard !toAsk.isEmpty else { return }
+        for source in toAsk {
+            guard let site = RecordID(string: source), site != self.site else { continue }
+            try transport.requestFullSnapshot(from: site, for: self)
+        }
+        try store.write(author: "sync") { tx in
+            var current = try Self.fullSnapshotsWanted(in: tx)
+            for source in toAsk where current[source] != nil { current[source]!.insert(kind) }
+            try Self.saveFullSnapshotsWanted(current, in: tx)
         }
     }
 
     /// Takes `source` off the list of wanted full snapshots (one of it was applied).
     private static func fullSnapshotArrived(from source: RecordID, in tx: StoreTransaction) throws {
         var wanted = try fullSnapshotsWanted(in: tx)
-        guard wanted.remove(source) != nil else { return }
-        try tx.setMetadata(wanted.isEmpty ? nil : Array(try JSONEncoder().encode(wanted.map(\.description).sorted())), for: fullSnapshotsWantedKey)
+        guard wanted.removeValue(forKey: source.description) != nil else { return }
+        try saveFullSnapshotsWanted(wanted, in: tx)
     }
 
     /// Makes the peer watermarks belong to the store's current site. A store opened from a
