@@ -78,24 +78,25 @@ import StashTestSupport
     /// reached A. B now asks its peers for everything again, and lists its deletes.
     @Test func aTypeTurningSyncedGetsWhatWasSkippedAndSendsItsDeletes() throws {
         let dir = TemporaryDirectory()
-        let a = try Device.open(dir.sub("a"), family: family, types: syncTypesSecretSynced)
-        let b1 = try Device.open(dir.sub("b"), family: family, types: syncTypesSecretSynced)
-        let shared = DeviceSecretSynced(value: "shared")
+        let secretSynced = syncTypes.filter { $0 != DeviceSecret.self } + [SyncedSecret.self]
+        let a = try Device.open(dir.sub("a"), family: family, types: secretSynced)
+        let b1 = try Device.open(dir.sub("b"), family: family, types: secretSynced)
+        let shared = SyncedSecret(value: "shared")
         try a.store.insert(shared)
         try a.sync(with: b1)
-        #expect(try b1.store.get(DeviceSecretSynced.self, id: shared.id) == shared)
+        #expect(try b1.store.get(SyncedSecret.self, id: shared.id) == shared)
         // B's next version keeps the type local; meanwhile each side writes and B deletes.
         let b2 = try Device.open(dir.sub("b"), family: family, types: syncTypes)
-        let fromA = DeviceSecretSynced(value: "from A")
+        let fromA = SyncedSecret(value: "from A")
         try a.store.insert(fromA)
         try b2.store.insert(DeviceSecret(value: "from B"))
         #expect(try b2.store.delete(DeviceSecret.self, id: shared.id))
         try a.sync(with: b2)
         // The version after syncs it again.
-        let b = try Device.open(dir.sub("b"), family: family, types: syncTypesSecretSynced)
+        let b = try Device.open(dir.sub("b"), family: family, types: secretSynced)
         for _ in 0..<3 { try a.sync(with: b) }
-        let onA = try a.store.fetch(FetchDescriptor<DeviceSecretSynced>()).map(\.value).sorted()
-        let onB = try b.store.fetch(FetchDescriptor<DeviceSecretSynced>()).map(\.value).sorted()
+        let onA = try a.store.fetch(FetchDescriptor<SyncedSecret>()).map(\.value).sorted()
+        let onB = try b.store.fetch(FetchDescriptor<SyncedSecret>()).map(\.value).sorted()
         #expect(onA == ["from A", "from B"], "\(onA)")
         #expect(onB == ["from A", "from B"], "\(onB)")
     }

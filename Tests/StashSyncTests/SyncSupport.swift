@@ -65,15 +65,7 @@ struct DeviceSecret: Record, Equatable {
     static let isLocalOnly = true
 }
 
-/// ``DeviceSecret`` in an app version that syncs it.
-struct DeviceSecretSynced: Record, Equatable {
-    static var recordType: String { "DeviceSecret" }
-    var id = RecordID()
-    var value: String
-}
-
 let syncTypes: [any Record.Type] = [Note.self, Wallet.self, UserProfile.self, DeviceSecret.self]
-let syncTypesSecretSynced: [any Record.Type] = [Note.self, Wallet.self, UserProfile.self, DeviceSecretSynced.self]
 
 /// A settable wall clock for simulated devices.
 final class TestClock: @unchecked Sendable {
