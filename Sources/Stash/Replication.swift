@@ -107,6 +107,31 @@ private func saturating(_ a: Int64, plus b: Int64) -> Int64 {
 /// `-a`, with `-Int64.min` held at `Int64.max`.
 private func saturating(negating a: Int64) -> Int64 { a == .min ? .max : -a }
 
+/// A record a merge deleted because another record of its type holds the same value of a
+/// unique index (``StoreTransaction/settleUniqueClashes()``). Every replica settles a clash the
+/// same way: the record with the smallest id keeps the value.
+public struct UniqueClash: Sendable, Hashable, CustomStringConvertible {
+    /// The record type.
+    public let type: String
+    /// The record deleted.
+    public let removed: RecordID
+    /// The record that keeps the value.
+    public let kept: RecordID
+    /// The unique index the two records clashed on (its fields joined with "+").
+    public let index: String
+
+    public init(type: String, removed: RecordID, kept: RecordID, index: String) {
+        self.type = type
+        self.removed = removed
+        self.kept = kept
+        self.index = index
+    }
+
+    public var description: String {
+        "\(type) \(removed) deleted: \(type) \(kept) holds the same \(index) (unique)"
+    }
+}
+
 /// The replicated state of one record: its field values with their versions, the version
 /// of the insert that created this incarnation, and the newest delete seen for its id.
 ///

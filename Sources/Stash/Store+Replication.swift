@@ -157,6 +157,14 @@ extension StoreTransaction {
         try context.merge(state, origin: origin)
     }
 
+    /// Settles now, on the state this transaction holds, the unique-index clashes its merges
+    /// have made so far (as the commit would: see ``merge(_:origin:)``), and returns the
+    /// records it deleted, to tell the user. Call it after the last merge; clashes of merges
+    /// made later are settled at the commit. O(records sharing a value the merges wrote).
+    public func settleUniqueClashes() throws -> [UniqueClash] {
+        try context.settleMergedUniqueClashes()
+    }
+
     /// Runs `action` once this transaction has committed, on the thread that called
     /// ``Store/write(author:_:)``, before that call returns; never when the transaction rolls
     /// back (a throw, here or in a later part of the closure). For memory that must follow

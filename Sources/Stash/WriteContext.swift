@@ -561,9 +561,10 @@ final class WriteContext: FieldTagResolver {
     ///
     /// Records are visited in ascending id order, so a record loses exactly when a smaller
     /// one that stays shares one of its unique values. Each record under the merged keys is
-    /// read once: O(those records).
-    private func settleMergedUniqueClashes() throws {
-        guard !mergedUniqueKeys.isEmpty else { return }
+    /// read once: O(those records). Returns the records deleted.
+    @discardableResult
+    func settleMergedUniqueClashes() throws -> [UniqueClash] {
+        guard !mergedUniqueKeys.isEmpty else { return [] }
         var candidates: [String: Set<RecordID>] = [:]
         for (key, type) in mergedUniqueKeys {
             var ids: [RecordID] = []
@@ -574,22 +575,26 @@ final class WriteContext: FieldTagResolver {
             if ids.count > 1 { candidates[type, default: []].formUnion(ids) }
         }
         mergedUniqueKeys.removeAll()
+        var settled: [UniqueClash] = []
         for (type, ids) in candidates.sorted(by: { $0.key < $1.key }) {
             let layout = try self.layout(type)
             let unique = layout.schema.indexes.filter(\.unique)
-            // Per unique index, the values of the records kept so far.
-            var kept = [Set<[UInt8]>](repeating: [], count: unique.count)
+            // Per unique index, the values of the records kept so far, with the record holding each.
+            var kept = [[[UInt8]: RecordID]](repeating: [:], count: unique.count)
             for id in ids.sorted() {
                 guard let bytes = try txn.get(dbs.records, key: StoreKeys.record(layout.schema.tag, id)) else { continue }
                 let record = try decodeStored(bytes, type, id)
                 let values = try unique.map { try uniqueValue($0, layout, record) }
-                if zip(kept, values).contains(where: { kept, value in value.map(kept.contains) ?? false }) {
+                let holders = values.indices.map { position in values[position].flatMap { kept[position][$0] } }
+                if let position = holders.firstIndex(where: { $0 != nil }), let holder = holders[position] {
                     try remove(layout, id: id)
+                    settled.append(UniqueClash(type: type, removed: id, kept: holder, index: unique[position].name))
                 } else {
-                    for (position, value) in values.enumerated() { if let value { kept[position].insert(value) } }
+                    for (position, value) in values.enumerated() { if let value { kept[position][value] = id } }
                 }
             }
         }
+        return settled
     }
 
     /// What two records must share to clash on unique `index`: the index key, and, when the

@@ -48,8 +48,10 @@ public struct SyncKey: Sendable, Equatable {
 
 /// What applying one delta did.
 public enum ApplyOutcome: Sendable, Equatable {
-    /// Merged; `changed` records were updated here.
-    case applied(entries: Int, changed: Int)
+    /// Merged; `changed` records were updated here. `uniqueClashes`: the records deleted here
+    /// because a merged record took a unique value they held, or they took one (the record
+    /// with the smallest id keeps it, on every replica).
+    case applied(entries: Int, changed: Int, uniqueClashes: [UniqueClash] = [])
     /// Already applied earlier (same or older range): nothing done.
     case duplicate
     /// Needs a newer schema: kept on disk, applied once the schema catches up.
@@ -62,6 +64,9 @@ public struct SyncReport: Sendable, CustomStringConvertible {
     public var receivedEntries = 0
     public var changedHere = 0
     public var parked: [String] = []
+    /// Records deleted here because another record of their type holds the same value of a
+    /// unique index (two devices created it independently): tell the user.
+    public var uniqueClashes: [UniqueClash] = []
     /// Deltas refused (corrupt, unauthenticated, of a newer format, holding versions no
     /// replica accepts...), with why: they stay with the transport, and their source's later
     /// deltas wait behind them. Other sources' deltas are applied all the same.
@@ -74,6 +79,7 @@ public struct SyncReport: Sendable, CustomStringConvertible {
     public var description: String {
         var text = "sent \(sentEntries) record states, received \(receivedEntries) (\(changedHere) changed here)"
         if sentFullSnapshot { text += "; peer was behind purged history: sent a full snapshot (resetRequired)" }
+        if !uniqueClashes.isEmpty { text += "; deleted for a unique value another record holds: \(uniqueClashes.map(\.description).joined(separator: "; "))" }
         if !parked.isEmpty { text += "; parked until the schema catches up: \(parked.joined(separator: ", "))" }
         if !refused.isEmpty { text += "; refused: \(refused.joined(separator: "; "))" }
         return text
@@ -391,7 +397,7 @@ public final class SyncEngine: Sendable {
             let skipped = Set(delta.entries.lazy.map(\.type).filter(localOnly.contains))
             if !skipped.isEmpty { try Self.noteSkipped(skipped, from: delta.source, in: tx) }
             // Merges are joins per record, so their order does not matter; unique-index
-            // clashes are settled when the transaction commits, on the delta's final states.
+            // clashes are settled after the last one, on the delta's final states.
             for entry in delta.entries where !localOnly.contains(entry.type) {
                 do {
                     if try tx.merge(entry, origin: delta.source) { changed += 1 }
@@ -403,11 +409,12 @@ public final class SyncEngine: Sendable {
                 merged += 1
                 if merged % 10_000 == 0 { report("import", merged, delta.entries.count) }
             }
+            let clashes = try tx.settleUniqueClashes()
             watermark.receivedThrough = max(watermark.receivedThrough, delta.to)
             watermark.lastReceived = store.clock()
             try watermark.save(in: tx)
             if delta.isFullSnapshot { try Self.fullSnapshotArrived(from: delta.source, in: tx) }
-            return .success(.applied(entries: delta.entries.count, changed: changed))
+            return .success(.applied(entries: delta.entries.count, changed: changed, uniqueClashes: clashes))
         }
         // A full snapshot, applied or parked, holds everything the source's older parked deltas do.
         let superseded = waiting.filter { $0.to <= delta.to }
@@ -610,9 +617,10 @@ public final class SyncEngine: Sendable {
                     continue
                 }
                 switch outcome {
-                case .applied(let entries, let changed):
+                case .applied(let entries, let changed, let clashes):
                     report.receivedEntries += entries
                     report.changedHere += changed
+                    report.uniqueClashes += clashes
                 case .duplicate: break
                 case .parked(let reason):
                     report.parked.append("\(incoming.name) (\(reason))")

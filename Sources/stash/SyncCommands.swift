@@ -128,7 +128,9 @@ struct ImportDelta: ParsableCommand {
             let engine = try SyncEngine(store: store, configuration: configuration)
             guard engine.isEnabled else { throw CommandFailure(message: "sync is off for \(store.path); the delta was not applied") }
             switch try engine.apply(data, name: (file as NSString).lastPathComponent) {
-            case .applied(let entries, let changed): printLine("applied \(entries) record states (\(changed) changed)")
+            case .applied(let entries, let changed, let clashes):
+                printLine("applied \(entries) record states (\(changed) changed)")
+                for clash in clashes { printLine("deleted for a unique value another record holds: \(clash)") }
             case .duplicate: printLine("already applied; nothing to do")
             case .parked(let reason): printLine("parked until the schema catches up: \(reason)")
             }

@@ -115,6 +115,37 @@ struct Document: Record, Equatable {
         try expectConverged([a, b], profiles: [ids.small: "admin"])
     }
 
+    /// The store whose merge deletes a record for a clash says so: in the fetch's report (with
+    /// the record kept and the index), in its description, and in `apply`'s outcome. Before,
+    /// the record vanished with nothing to tell the user.
+    @Test func aClashIsReportedByTheStoreThatSettlesIt() throws {
+        let dir = TemporaryDirectory()
+        let (a, b) = try twoDevices(dir)
+        let ids = orderedIDs()
+        try a.store.insert(UserProfile(id: ids.small, kind: "admin", displayName: "on A"))
+        try b.store.insert(UserProfile(id: ids.large, kind: "admin", displayName: "on B"))
+        let report = try b.engine.fetchChanges(via: DirectTransport(to: a.engine))
+        let expected = UniqueClash(type: "UserProfile", removed: ids.large, kept: ids.small, index: "kind")
+        #expect(report.uniqueClashes == [expected])
+        #expect(report.description.contains("UserProfile \(ids.large) deleted: UserProfile \(ids.small) holds the same kind (unique)"), "\(report)")
+        #expect(try b.store.get(UserProfile.self, id: ids.large) == nil)
+        // A's side learns of the delete as an ordinary one: nothing clashes there.
+        let back = try a.engine.fetchChanges(via: DirectTransport(to: b.engine))
+        #expect(back.uniqueClashes.isEmpty && back.changedHere == 1, "\(back)")
+        try expectConverged([a, b], profiles: [ids.small: "admin"])
+
+        // The same through `apply`, and nothing reported when nothing clashes.
+        let c = try Device.open(dir.sub("c"), family: family)
+        try c.store.insert(UserProfile(id: ids.large, kind: "admin", displayName: "on C"))
+        try a.store.insert(UserProfile(kind: "owner", displayName: "on A"))
+        let delta = try a.engine.makeDelta(for: c.store.siteID)
+        let outcome = try c.engine.apply(delta.encoded())
+        #expect(outcome == .applied(entries: delta.entries.count, changed: delta.entries.count, uniqueClashes: [expected]))
+        try b.store.insert(UserProfile(kind: "guest", displayName: "on B"))
+        let quiet = try b.engine.fetchChanges(via: DirectTransport(to: a.engine))
+        #expect(quiet.uniqueClashes.isEmpty && quiet.changedHere == 1, "\(quiet)")
+    }
+
     /// A record arriving with values that two different local records hold, one per unique
     /// index: it has the smallest id, so both local ones go, and the delta applies (before,
     /// the second clash escaped the first one's handling and failed the delta every time).
