@@ -225,21 +225,32 @@ public final class SyncEngine: Sendable {
     }
 
     /// Asks through `transport` for the full snapshots noted by
-    /// ``askForEverythingIfTypesTurnedSynced(_:)`` that were not asked through its kind yet.
+    /// ``askForEverythingIfTypesTurnedSynced(_:)``: once per source through a direct transport
+    /// (its peer answers in the same exchange), and through a relay at every fetch until the
+    /// snapshot is applied (the relay keeps one request per source, so asking again is free;
+    /// a request answered by a snapshot that was then lost, or removed while it was written,
+    /// would otherwise never be made again).
     private func requestWantedFullSnapshots(via transport: some SyncTransport) throws {
         let kind = transport.peer == nil ? "relay" : "direct"
         let wanted = try store.read { try Self.fullSnapshotsWanted(in: $0) }
-        let toAsk = wanted.filter { !$0.value.contains(kind) }.keys.sorted()
+        let toAsk = wanted.filter { kind == "relay" || !$0.value.contains(kind) }.keys.sorted()
         guard !toAsk.isEmpty else { return }
         for source in toAsk {
             guard let site = RecordID(string: source), site != self.site else { continue }
             try transport.requestFullSnapshot(from: site, for: self)
         }
+        if toAsk.allSatisfy({ wanted[$0]?.contains(kind) == true }) { return }
         try store.write(author: "sync") { tx in
             var current = try Self.fullSnapshotsWanted(in: tx)
             for source in toAsk where current[source] != nil { current[source]!.insert(kind) }
             try Self.saveFullSnapshotsWanted(current, in: tx)
         }
+    }
+
+    /// Whether this store waits for a full snapshot of `source` (noted when a type turned
+    /// synced here after records of it from `source` were skipped). One metadata read.
+    func wantsFullSnapshot(from source: RecordID) throws -> Bool {
+        try store.read { try Self.fullSnapshotsWanted(in: $0) }[source.description] != nil
     }
 
     /// Takes `source` off the list of wanted full snapshots (one of it was applied).
@@ -371,7 +382,7 @@ public final class SyncEngine: Sendable {
         // in turn, at every change of the source. A full snapshot goes ahead: it holds all.
         let waiting = parking ? parkedRanges(of: delta.source) : []
         if !delta.isFullSnapshot, let head = waiting.min(by: { $0.from < $1.from }),
-           try head.from <= store.read({ try PeerWatermark.load(source, in: $0) }).receivedThrough + 1 {
+           try head.from <= store.read({ try PeerWatermark.load(source, in: $0) }).receivedThrough &+ 1 {
             // Only behind a head that waits for the schema alone; a head with a gap before it
             // must not hold back the deltas that will find the gap and ask for a full snapshot.
             if !waiting.contains(where: { $0.from <= delta.from && $0.to >= delta.to }) { try park(data, delta) }
@@ -385,7 +396,7 @@ public final class SyncEngine: Sendable {
             var watermark = try PeerWatermark.load(source, in: tx)
             if !delta.isFullSnapshot {
                 if delta.to <= watermark.receivedThrough { return .success(.duplicate) }
-                if delta.from > watermark.receivedThrough + 1 {
+                if delta.from > watermark.receivedThrough &+ 1, watermark.receivedThrough < .max {
                     throw SyncError(.gap, "\(name) covers \(delta.from)...\(delta.to) of \(source), but this store has applied only up to \(watermark.receivedThrough); deliver the missing deltas first")
                 }
             }
@@ -594,6 +605,8 @@ public final class SyncEngine: Sendable {
             var report = SyncReport()
             // A gap or a parked delta holds back later deltas of the same source only.
             var blocked = Set<RecordID>()
+            // Acknowledged once the store has flushed what they cover (below).
+            var consumed: [(IncomingDelta, ApplyOutcome)] = []
             for incoming in try transport.incoming(for: self) where !blocked.contains(incoming.source) {
                 let outcome: ApplyOutcome
                 do {
@@ -626,16 +639,31 @@ public final class SyncEngine: Sendable {
                     report.parked.append("\(incoming.name) (\(reason))")
                     blocked.insert(incoming.source)
                 }
-                try incoming.consumed(outcome)
+                consumed.append((incoming, outcome))
             }
+            // A store that may lose its last commits in a power cut (`.relaxed`, `.none`) makes
+            // them durable before acknowledging them: an acknowledged delta is never offered
+            // again, and its source may delete it.
+            if !consumed.isEmpty, store.durability != .full { try store.flush() }
+            for (incoming, outcome) in consumed { try incoming.consumed(outcome) }
             return report
         }
     }
 
     /// Sends, then fetches.
+    ///
+    /// A failing send (the transport is full or offline) does not skip the fetch: what others
+    /// sent is still applied and acknowledged, which is what lets a full relay drain. The send's
+    /// error is thrown after it.
     @discardableResult
     public func sync(via transport: some SyncTransport) throws -> SyncReport {
-        let sent = try sendChanges(via: transport)
+        let sent: (entries: Int, fullSnapshot: Bool)
+        do {
+            sent = try sendChanges(via: transport)
+        } catch let error as SyncError where error.code == .transportFailed {
+            _ = try? fetchChanges(via: transport)
+            throw error
+        }
         var report = try fetchChanges(via: transport)
         report.sentEntries = sent.entries
         report.sentFullSnapshot = sent.fullSnapshot
@@ -726,10 +754,13 @@ enum SchemaFingerprint {
 
 /// Writes a file so that readers see all of it or none: temp file, fsync, rename, fsync dir.
 enum AtomicFile {
+    /// How the temporary file of a write starts (it is renamed when complete).
+    static let temporaryPrefix = ".tmp-"
+
     static func write(_ data: Data, to url: URL) throws {
         let directory = url.deletingLastPathComponent()
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
-        let temp = directory.appendingPathComponent(".tmp-\(UUID().uuidString)")
+        let temp = directory.appendingPathComponent(temporaryPrefix + UUID().uuidString)
         guard FileManager.default.createFile(atPath: temp.path, contents: nil) else {
             throw SyncError(.transportFailed, "cannot create \(temp.path) (permissions or disk full)")
         }

@@ -144,6 +144,9 @@ public struct RelayTransport: SyncTransport {
                 throw SyncError(.siteReused, "relay \(directory.path) holds history of site \(engine.site) up to \(published), but store \(engine.store.path) has only up to \(current): it was rolled back (a snapshot) or cloned, and another replica writes as the same site. It takes a new site at its next open; reopen it, then sync")
             }
         }
+        // What every reader has acknowledged goes first: a relay over its quota drains (before,
+        // the quota check threw first, and nothing was ever deleted again).
+        try cleanUp(for: engine)
         if let quotaBytes {
             let used = usedBytes()
             guard used + data.count <= quotaBytes else {
@@ -152,8 +155,26 @@ public struct RelayTransport: SyncTransport {
         }
         let name = String(format: "%020llu-%020llu%@.delta", delta.from, delta.to, delta.isFullSnapshot ? "-full" : "")
         try AtomicFile.write(data, to: folder(engine.site).appendingPathComponent(name))
-        try? FileManager.default.removeItem(at: folder(engine.site).appendingPathComponent("requests"))
-        try cleanUp(for: engine)
+        if delta.isFullSnapshot { answerRequests(with: delta, from: engine) }
+    }
+
+    /// Marks the requests for a full snapshot as answered by `delta`: each request file is
+    /// removed, one by one (a request written meanwhile stays for the next send), and each
+    /// requester's acknowledgement is lowered below the snapshot, so that the clean-up keeps it
+    /// until the requester has applied it. A requester may have received everything the
+    /// snapshot covers (a type turned synced there, after this source's records of it were
+    /// skipped): its acknowledgement would let the snapshot go at once.
+    private func answerRequests(with delta: Delta, from engine: SyncEngine) {
+        let requests = folder(engine.site).appendingPathComponent("requests")
+        for name in ((try? FileManager.default.contentsOfDirectory(atPath: requests.path)) ?? []) where !name.hasPrefix(".") {
+            if RecordID(string: name) != nil, delta.to > 0 {
+                let ack = folder(engine.site).appendingPathComponent("acks").appendingPathComponent(name)
+                if let acknowledged = readAcknowledgement(ack), acknowledged >= delta.to {
+                    try? AtomicFile.write(Data(String(delta.to - 1).utf8), to: ack)
+                }
+            }
+            try? FileManager.default.removeItem(at: requests.appendingPathComponent(name))
+        }
     }
 
     /// How far a source's history has reached the relay: its newest file, or the newest
@@ -164,11 +185,13 @@ public struct RelayTransport: SyncTransport {
         return max(deltas(of: source).map(\.to).max() ?? 0, acks.max() ?? 0)
     }
 
+    /// The bytes of the files on the relay (folders count for nothing, as in a cloud quota).
     private func usedBytes() -> Int {
-        guard let walker = FileManager.default.enumerator(at: directory, includingPropertiesForKeys: [.fileSizeKey]) else { return 0 }
+        guard let walker = FileManager.default.enumerator(at: directory, includingPropertiesForKeys: [.fileSizeKey, .isRegularFileKey]) else { return 0 }
         var total = 0
         for case let url as URL in walker {
-            total += (try? url.resourceValues(forKeys: [.fileSizeKey]).fileSize) ?? 0
+            guard let values = try? url.resourceValues(forKeys: [.fileSizeKey, .isRegularFileKey]), values.isRegularFile == true else { continue }
+            total += values.fileSize ?? 0
         }
         return total
     }
@@ -179,7 +202,8 @@ public struct RelayTransport: SyncTransport {
         return files.compactMap { url in
             guard url.pathExtension == "delta", !url.lastPathComponent.hasPrefix(".") else { return nil }
             let parts = url.deletingPathExtension().lastPathComponent.split(separator: "-")
-            guard parts.count >= 2, let from = UInt64(parts[0]), let to = UInt64(parts[1]) else { return nil }
+            guard parts.count == 2 || (parts.count == 3 && parts[2] == "full"),
+                  let from = UInt64(parts[0]), let to = UInt64(parts[1]) else { return nil }
             return (url, from, to, parts.count == 3)
         }.sorted { ($0.from, $0.to) < ($1.from, $1.to) }
     }
@@ -197,10 +221,14 @@ public struct RelayTransport: SyncTransport {
         for sourceFolder in sources.sorted(by: { $0.lastPathComponent < $1.lastPathComponent }) {
             guard let source = RecordID(string: sourceFolder.lastPathComponent), source != engine.site else { continue }
             let received = try engine.store.read { try PeerWatermark.load(source.description, in: $0) }.receivedThrough
+            // This store waits for a full snapshot of the source (a type turned synced here):
+            // one that covers what it has received is wanted too, and the source lowered this
+            // store's acknowledgement to keep it until it is applied.
+            let wantsFull = try engine.wantsFullSnapshot(from: source)
             // An acknowledgement lost after its delta was applied (a crash, a failed upload):
             // the file is never offered again, so it is written here, or the source keeps it.
             let ack = sourceFolder.appendingPathComponent("acks").appendingPathComponent(myself)
-            if received > 0, readAcknowledgement(ack) ?? 0 < received {
+            if received > 0, !wantsFull, readAcknowledgement(ack) ?? 0 < received {
                 try AtomicFile.write(Data(String(received).utf8), to: ack)
             }
             var files = deltas(of: sourceFolder)
@@ -213,9 +241,12 @@ public struct RelayTransport: SyncTransport {
                 try requestFullSnapshot(from: source, for: engine)
             }
             // A full snapshot newer than what we have makes the older files unnecessary.
-            if let full = files.last(where: { $0.full && $0.to > received }) { files = files.filter { $0.to > full.to || $0.url == full.url } }
-            for file in files where file.to > received {
-                let data = try Data(contentsOf: file.url)
+            let full = files.last(where: { $0.full && ($0.to > received || wantsFull && $0.to == received) })
+            if let full { files = files.filter { $0.to > full.to || $0.url == full.url } }
+            for file in files where file.to > received || file.url == full?.url {
+                // A file that cannot be read (gone since the listing, unreadable) holds back
+                // only its source's files, until the next fetch.
+                guard let data = try? Data(contentsOf: file.url) else { break }
                 let ackDirectory = sourceFolder.appendingPathComponent("acks")
                 let to = file.to
                 result.append(IncomingDelta(name: file.url.lastPathComponent, source: source, data: data) { outcome in
@@ -229,11 +260,20 @@ public struct RelayTransport: SyncTransport {
 
     public func fullSnapshotRequested(by engine: SyncEngine) throws -> Bool {
         let requests = folder(engine.site).appendingPathComponent("requests")
-        return !((try? FileManager.default.contentsOfDirectory(atPath: requests.path)) ?? []).isEmpty
+        return ((try? FileManager.default.contentsOfDirectory(atPath: requests.path)) ?? []).contains { !$0.hasPrefix(".") }
     }
 
+    /// Leaves a request in `source`'s folder, unless one is there already. Nothing is written
+    /// for a source that never published on this relay (it would not answer, and its folder
+    /// would count as a reader that never acknowledges, holding back every clean-up), nor when
+    /// the relay is unavailable (the request would recreate its directory locally).
     public func requestFullSnapshot(from source: RecordID, for engine: SyncEngine) throws {
-        try AtomicFile.write(Data(), to: folder(source).appendingPathComponent("requests").appendingPathComponent(engine.site.description))
+        try checkAvailable()
+        var isDirectory: ObjCBool = false
+        guard FileManager.default.fileExists(atPath: folder(source).path, isDirectory: &isDirectory), isDirectory.boolValue else { return }
+        let request = folder(source).appendingPathComponent("requests").appendingPathComponent(engine.site.description)
+        if FileManager.default.fileExists(atPath: request.path) { return }
+        try AtomicFile.write(Data(), to: request)
     }
 
     /// Notes that `engine`'s store reads the relay, and for which family (`DIR/<site>/seen`:
@@ -259,6 +299,7 @@ public struct RelayTransport: SyncTransport {
     /// comes back. With no reader of this family counted, nothing is deleted.
     private func cleanUp(for engine: SyncEngine) throws {
         let mine = folder(engine.site)
+        removeLeftoverTemporaryFiles(in: mine)
         let readers = ((try? FileManager.default.contentsOfDirectory(atPath: directory.path)) ?? [])
             .filter { RecordID(string: $0) != nil && $0 != engine.site.description }
         guard !readers.isEmpty else { return }
@@ -284,6 +325,22 @@ public struct RelayTransport: SyncTransport {
         let newest = files.max { $0.to < $1.to }?.url
         for file in files where file.to <= acknowledged && !(staleBehind && file.url == newest) {
             try? FileManager.default.removeItem(at: file.url)
+        }
+    }
+
+    /// Removes the temporary files of writes killed before their rename (``AtomicFile``) from
+    /// this store's folder, its `acks` and `requests`: they count against the quota, and one in
+    /// `requests` looked like a request. Only files an hour old: a write of a large snapshot
+    /// to a slow container may still be under way.
+    private func removeLeftoverTemporaryFiles(in folder: URL) {
+        let cutoff = Date().addingTimeInterval(-3600)
+        for directory in [folder, folder.appendingPathComponent("acks"), folder.appendingPathComponent("requests")] {
+            let names = (try? FileManager.default.contentsOfDirectory(atPath: directory.path)) ?? []
+            for name in names where name.hasPrefix(AtomicFile.temporaryPrefix) {
+                let url = directory.appendingPathComponent(name)
+                let modified = (try? FileManager.default.attributesOfItem(atPath: url.path)[.modificationDate]) as? Date
+                if let modified, modified < cutoff { try? FileManager.default.removeItem(at: url) }
+            }
         }
     }
 

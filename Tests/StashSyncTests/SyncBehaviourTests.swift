@@ -497,6 +497,155 @@ import StashTestSupport
         #expect(leftovers.isEmpty, "a's delta stays on the relay: \(leftovers)")
     }
 
+    /// A relay in a fresh temporary directory.
+    private func makeRelay(_ dir: TemporaryDirectory, quotaBytes: Int? = nil) throws -> (url: URL, relay: RelayTransport) {
+        let url = dir.url.appendingPathComponent("relay")
+        try FileManager.default.createDirectory(at: url, withIntermediateDirectories: true)
+        return (url, RelayTransport(directory: url, quotaBytes: quotaBytes))
+    }
+
+    /// The relay variant of the type turning synced: the source wrote nothing after the
+    /// reader last received from it, so its full snapshot ends where the reader already is.
+    /// The reader filtered it out (and the source's clean-up deleted it at once): the records
+    /// skipped while the type was local-only never arrived, and nothing said so.
+    @Test func aTypeTurningSyncedGetsWhatWasSkippedFromAnIdleRelaySource() throws {
+        let dir = TemporaryDirectory()
+        let (_, relay) = try makeRelay(dir)
+        let secretSynced = syncTypes.filter { $0 != DeviceSecret.self } + [SyncedSecret.self]
+        let a = try Device.open(dir.sub("a"), family: family, types: secretSynced)
+        let bLocal = try Device.open(dir.sub("b"), family: family, types: syncTypes)
+        let fromA = SyncedSecret(value: "from A")
+        try a.store.insert(fromA)
+        try a.engine.sync(via: relay)
+        try bLocal.engine.sync(via: relay)      // skipped: local-only here
+        try a.engine.sync(via: relay)
+        let b = try Device.open(dir.sub("b"), family: family, types: secretSynced)
+        for _ in 0..<3 {
+            try b.engine.sync(via: relay)
+            try a.engine.sync(via: relay)       // idle: nothing new to send but the snapshot
+        }
+        try b.engine.sync(via: relay)
+        #expect(try b.store.get(SyncedSecret.self, id: fromA.id) == fromA)
+        // Asked for and answered once; the relay is clean again.
+        try a.engine.sync(via: relay)
+        try b.engine.sync(via: relay)
+        #expect(try a.engine.sync(via: relay).sentFullSnapshot == false)
+    }
+
+    /// A relay over its quota never drained: the send checked the quota before deleting what
+    /// every reader had acknowledged, and a failed send skipped the fetch (so the store neither
+    /// got nor acknowledged what others sent, and they could not delete it either).
+    @Test func aRelayOverItsQuotaDrains() throws {
+        let dir = TemporaryDirectory()
+        let (url, open) = try makeRelay(dir)
+        let a = try Device.open(dir.sub("a"), family: family)
+        let b = try Device.open(dir.sub("b"), family: family)
+        _ = try b.engine.fetchChanges(via: open)
+        let body = String(repeating: "x", count: 2000)
+        try a.store.insert(Note(title: "a1", body: body))
+        try a.engine.sendChanges(via: open)
+        _ = try b.engine.fetchChanges(via: open)   // acknowledges a1
+        // Room for what is there and less than one more delta of that size.
+        let used = FileManager.default.enumerator(at: url, includingPropertiesForKeys: nil)!.compactMap { item -> Int? in
+            guard let file = item as? URL, let values = try? file.resourceValues(forKeys: [.fileSizeKey, .isRegularFileKey]),
+                  values.isRegularFile == true else { return nil }
+            return values.fileSize
+        }.reduce(0, +)
+        let full = RelayTransport(directory: url, quotaBytes: used + 1000)
+        try a.store.insert(Note(title: "a2", body: body))
+        #expect(try a.engine.sendChanges(via: full).entries == 1)   // a1 is deleted first
+        _ = try b.engine.fetchChanges(via: full)
+        #expect(try b.store.fetch(FetchDescriptor<Note>()).map(\.title).sorted() == ["a1", "a2"])
+        // A send over the quota still fetches what others sent, then throws.
+        try b.store.insert(Note(title: "b1", body: ""))
+        try b.engine.sendChanges(via: open)
+        try a.store.insert(Note(title: "a3", body: body))
+        #expect(throws: SyncError.self) { try a.engine.sync(via: RelayTransport(directory: url, quotaBytes: 1)) }
+        #expect(try a.store.fetch(FetchDescriptor<Note>()).map(\.title).sorted() == ["a1", "a2", "a3", "b1"])
+        #expect(try a.engine.status().pendingOutgoing > 0)
+    }
+
+    /// A request for a full snapshot wrote into the relay whatever was missing: with the relay
+    /// unavailable it created the relay directory locally (later deltas went there), and for a
+    /// site that never published there it created a folder that counted as a reader that never
+    /// acknowledges, so no source deleted anything for 30 days.
+    @Test func aFullSnapshotRequestCreatesNothingOnTheRelay() throws {
+        let dir = TemporaryDirectory()
+        let (url, relay) = try makeRelay(dir)
+        let a = try Device.open(dir.sub("a"), family: family)
+        let stranger = RecordID()
+        try relay.requestFullSnapshot(from: stranger, for: a.engine)
+        #expect(!FileManager.default.fileExists(atPath: url.appendingPathComponent(stranger.description).path))
+        let offline = RelayTransport(directory: dir.url.appendingPathComponent("offline"))
+        #expect(throws: SyncError.self) { try offline.requestFullSnapshot(from: stranger, for: a.engine) }
+        #expect(!FileManager.default.fileExists(atPath: offline.directory.path))
+        // A source that published gets the request, once.
+        let b = try Device.open(dir.sub("b"), family: family)
+        try b.store.insert(Note(title: "t", body: ""))
+        try b.engine.sync(via: relay)
+        try relay.requestFullSnapshot(from: b.store.siteID, for: a.engine)
+        #expect(try relay.fullSnapshotRequested(by: b.engine))
+    }
+
+    /// The temporary files of writes killed before their rename stayed on the relay for
+    /// good, counting against the quota; one in `requests` made the source export a full
+    /// snapshot. Odd file names (a cloud client's conflict copies) are not deltas.
+    @Test func leftoverTemporaryFilesAreRemovedAndOddNamesIgnored() throws {
+        let dir = TemporaryDirectory()
+        let (url, relay) = try makeRelay(dir)
+        let a = try Device.open(dir.sub("a"), family: family)
+        let b = try Device.open(dir.sub("b"), family: family)
+        try a.store.insert(Note(title: "first", body: ""))
+        try a.engine.sync(via: relay)
+        try b.engine.sync(via: relay)
+        let folder = url.appendingPathComponent(a.store.siteID.description)
+        let requests = folder.appendingPathComponent("requests")
+        try FileManager.default.createDirectory(at: requests, withIntermediateDirectories: true)
+        let old = [folder.appendingPathComponent(".tmp-killed"), requests.appendingPathComponent(".tmp-killed")]
+        let recent = folder.appendingPathComponent(".tmp-under-way")
+        for file in old + [recent] { try Data("partial".utf8).write(to: file) }
+        for file in old {
+            try FileManager.default.setAttributes([.modificationDate: Date().addingTimeInterval(-7200)], ofItemAtPath: file.path)
+        }
+        try Data("not a delta".utf8).write(to: folder.appendingPathComponent("00000000000000000001-00000000000000000009-copy.delta"))
+        #expect(try !relay.fullSnapshotRequested(by: a.engine))
+        try a.store.insert(Note(title: "second", body: ""))
+        let report = try a.engine.sync(via: relay)
+        #expect(!report.sentFullSnapshot)
+        for file in old { #expect(!FileManager.default.fileExists(atPath: file.path), "\(file.path)") }
+        #expect(FileManager.default.fileExists(atPath: recent.path))
+        let fetched = try b.engine.sync(via: relay)
+        #expect(fetched.refused.isEmpty && fetched.receivedEntries == 1, "\(fetched)")
+        #expect(try b.store.fetch(FetchDescriptor<Note>()).count == 2)
+    }
+
+    /// A delta file that cannot be read (gone since the listing, or not a file) threw out of
+    /// the whole fetch: no other source's deltas were applied, at every sync.
+    @Test func anUnreadableRelayFileHoldsBackItsSourceOnly() throws {
+        let dir = TemporaryDirectory()
+        let (url, relay) = try makeRelay(dir)
+        let a = try Device.open(dir.sub("a"), family: family)
+        let b = try Device.open(dir.sub("b"), family: family)
+        let c = try Device.open(dir.sub("c"), family: family)
+        _ = try b.engine.fetchChanges(via: relay)
+        try a.store.insert(Note(title: "from a", body: ""))
+        try c.store.insert(Note(title: "from c", body: ""))
+        try a.engine.sync(via: relay)
+        try c.engine.sync(via: relay)
+        let folder = url.appendingPathComponent(a.store.siteID.description)
+        let file = try #require(try FileManager.default.contentsOfDirectory(atPath: folder.path).first { $0.hasSuffix(".delta") })
+        let saved = try Data(contentsOf: folder.appendingPathComponent(file))
+        try FileManager.default.removeItem(at: folder.appendingPathComponent(file))
+        try FileManager.default.createDirectory(at: folder.appendingPathComponent(file), withIntermediateDirectories: false)
+        _ = try b.engine.fetchChanges(via: relay)
+        #expect(try b.store.fetch(FetchDescriptor<Note>()).map(\.title) == ["from c"])
+        // Readable again: it applies.
+        try FileManager.default.removeItem(at: folder.appendingPathComponent(file))
+        try saved.write(to: folder.appendingPathComponent(file))
+        _ = try b.engine.fetchChanges(via: relay)
+        #expect(try b.store.fetch(FetchDescriptor<Note>()).map(\.title).sorted() == ["from a", "from c"])
+    }
+
     @Test func aFailingTransportKeepsEverythingPending() throws {
         let dir = TemporaryDirectory()
         let relayURL = dir.url.appendingPathComponent("relay")
