@@ -171,8 +171,12 @@ public struct IndexDeclaration: Codable, Sendable, Equatable {
 ///     let name = record.fields.removeValue(forKey: "imageFileName")
 ///     record.fields["imageData"] = try loadImage(named: name)
 /// }
-/// let store = try Store.open(at: dir, types: [Garment.self], migrations: [moveImages])
+/// var options = StoreOptions()
+/// options.migrations = [moveImages]
+/// let store = try Store.open(at: dir, types: [Garment.self], options: options)
 /// ```
+/// A version that changes several types has one migration per type, all with that version;
+/// the version counts as done once all of them ran.
 public struct Migration: Sendable {
     public let version: Int
     public let type: String

@@ -53,7 +53,7 @@ struct SchemaMerger {
             try rebuildIndexesOfFormatOne(context)
             try txn.put(dbs.meta, key: MetaKey.format, uint64: Self.format)
         }
-        try migrate(context)
+        try migrate(context, declaring: Set(declaration.types.map(\.name)))
         for type in declaration.types { try merge(type, into: context) }
         try context.finish()
         let preference = try txn.get(dbs.meta, key: MetaKey.extensionKey(Store.syncPreferenceKey))
@@ -174,9 +174,27 @@ struct SchemaMerger {
         return held
     }
 
-    private func migrate(_ context: WriteContext) throws {
-        for migration in options.migrations.sorted(by: { $0.version < $1.version })
-        where migration.version > context.catalog.schema.version {
+    /// Runs the migrations newer than the stored schema version, in version order (those of
+    /// one version in the order given), and stores each version once all of its migrations ran.
+    /// - Throws: `.invalidValue` when two migrations of one version name the same type;
+    ///   `.incompatibleSchema` when one names a type this store neither holds nor is opened
+    ///   with (a misspelt name would otherwise do nothing, and its version would count as done).
+    private func migrate(_ context: WriteContext, declaring declared: Set<String>) throws {
+        let stored = context.catalog.schema.version
+        let pending = options.migrations.enumerated()
+            .filter { $0.element.version > stored }
+            .sorted { ($0.element.version, $0.offset) < ($1.element.version, $1.offset) }
+            .map(\.element)
+        var seen = Set<String>()
+        for migration in pending {
+            guard seen.insert("\(migration.version) \(migration.type)").inserted else {
+                throw StoreError(.invalidValue, "store \(path): two migrations of version \(migration.version) name type \(migration.type); make them one")
+            }
+            guard context.catalog.schema.type(named: migration.type) != nil || declared.contains(migration.type) else {
+                throw StoreError(.incompatibleSchema, "store \(path): migration \(migration.version) names type \(migration.type), which this store neither holds nor is opened with; check the name (Record.recordType)")
+            }
+        }
+        for (position, migration) in pending.enumerated() {
             if let type = context.catalog.schema.type(named: migration.type) {
                 let all = try records(of: type)
                 let phase = "migration \(migration.version) (\(type.name))"
@@ -198,7 +216,10 @@ struct SchemaMerger {
                     throw StoreError(.incompatibleSchema, "store \(path): migration \(migration.version) left \(type.name).\(field) as both \(names); convert it in every record")
                 }
             }
-            context.updateSchema { $0.version = migration.version }
+            // The version counts as done once every migration of it ran.
+            if position == pending.count - 1 || pending[position + 1].version != migration.version {
+                context.updateSchema { $0.version = migration.version }
+            }
         }
     }
 

@@ -155,6 +155,9 @@ final class WriteContext: FieldTagResolver {
             return (tag, slot)
         }
         let type = encodingType
+        // A field a migration creates: its first kind counts too, or a later record writing
+        // another kind would leave both unnoticed.
+        if let kind, migration?.type == type { migration?.kinds[name, default: []].insert(kind) }
         var newTag: UInt16 = 0, newSlot = 0
         updateSchema { schema in
             let t = schema.types.firstIndex { $0.name == type }!
