@@ -56,6 +56,28 @@ private struct AccountBeforeUniqueHandles: Record, Equatable {
         #expect(try newer.verify().isClean)
     }
 
+    /// Duplicates found while a unique index is built at open were reported as for an insert:
+    /// one record named, "update that record instead" (impossible while the store will not
+    /// open). The error names both records and the ways out, and the open changes nothing.
+    @Test func duplicatesFoundBuildingAUniqueIndexAtOpenNameBothRecords() throws {
+        let dir = TemporaryDirectory()
+        let first = AccountBeforeUniqueHandles(team: "t", handle: "bob")
+        let second = AccountBeforeUniqueHandles(team: "u", handle: "bob")
+        do {
+            let older = try Store.open(at: dir.path, types: [AccountBeforeUniqueHandles.self])
+            try older.write { tx in try tx.insert(first); try tx.insert(second) }
+        }
+        let error = thrownError { _ = try Store.open(at: dir.path, types: [Account.self]) } as? StoreError
+        #expect(error?.code == .uniqueViolation)
+        let message = error?.message ?? ""
+        for words in ["unique index Account(handle) at open", "\(first.id)", "\(second.id)", "handle = \"bob\"", "Migration (version 1)", ".index instead of .unique"] {
+            #expect(message.contains(words), "\(words) missing from: \(message)")
+        }
+        let older = try Store.open(at: dir.path, types: [AccountBeforeUniqueHandles.self])
+        #expect(older.schema.type(named: "Account")?.index(named: "handle")?.unique == false)
+        #expect(try older.count(AccountBeforeUniqueHandles.self) == 2)
+    }
+
     /// Records stored before a unique field existed read as its default: like records that
     /// hold the default, they have no value of their own and clash with none, so the index
     /// builds, and a typed update (which stores the default) changes nothing; records with
