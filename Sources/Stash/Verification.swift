@@ -42,8 +42,23 @@ extension Store {
                         report.problems.append("\(type.name) \(id): record bytes cannot be decoded")
                         return true
                     }
+                    // The values themselves (the frame alone can be intact around a damaged
+                    // string), each of the kind the schema gives its field.
+                    do {
+                        for (tag, value) in try record.values() {
+                            if let field = type.field(tagged: tag), let stored = value.kind, let declared = field.kind, stored != declared {
+                                report.problems.append("\(type.name) \(id): field \(field.name) holds \(stored.rawValue), the schema says \(declared.rawValue)")
+                            }
+                        }
+                    } catch {
+                        report.problems.append("\(type.name) \(id): a field value cannot be decoded (\(error))")
+                        return true
+                    }
                     for index in type.indexes {
-                        let key = try indexKey(index, layout, record)
+                        guard let key = try? indexKey(index, layout, record) else {
+                            report.problems.append("\(type.name) \(id): its key in index \(index.name) cannot be computed")
+                            continue
+                        }
                         if try !txn.containsDuplicate(dbs.index, key: key, value: id.bytes) {
                             report.problems.append("\(type.name) \(id): missing from index \(index.name)")
                         }
@@ -79,10 +94,13 @@ extension Store {
                             report.problems.append("\(type.name) index \(index.name): entry for missing record \(id)")
                             return true
                         }
-                        let expected = try indexKey(index, layout, record)
+                        guard let expected = try? indexKey(index, layout, record) else {
+                            // Reported with the record above.
+                            return true
+                        }
                         if expected.bytes != key {
                             report.problems.append("\(type.name) \(id): stale entry in index \(index.name)")
-                        } else if index.unique && !expected.isLossy, try !lacksUniqueValue(index, layout, record) {
+                        } else if index.unique && !expected.isLossy, (try? lacksUniqueValue(index, layout, record)) == false {
                             holdersUnderKey += 1
                             if holdersUnderKey > 1 {
                                 report.problems.append("\(type.name) \(id): unique index \(index.name) holds \(holdersUnderKey) records for one value")
@@ -141,7 +159,7 @@ extension Store {
             }
             for (key, last) in lastWrite {
                 let stored = try txn.contains(dbs.records, key: key)
-                let name = catalog.layoutsByTag[UInt16(key[0]) << 8 | UInt16(key[1])]?.schema.name ?? "type#\(key[0])\(key[1])"
+                let name = catalog.layoutsByTag[UInt16(key[0]) << 8 | UInt16(key[1])]?.schema.name ?? "type#\(UInt16(key[0]) << 8 | UInt16(key[1]))"
                 let id = StoreKeys.id(fromRecordKey: key).map(\.description) ?? "?"
                 if last.deleted && stored {
                     report.problems.append("\(name) \(id): deleted by history entry \(last.sequence) but still stored")

@@ -69,6 +69,43 @@ import StashTestSupport
         #expect(report.description.contains("problem"))
     }
 
+    /// A damaged value inside an intact record frame: in an indexed field `verify` threw a raw
+    /// decoding error naming nothing (and the rest of the report was lost); in a field no index
+    /// reads it reported the store clean, while reading the record failed.
+    @Test func damagedFieldValuesAreReportedNotThrown() throws {
+        let dir = TemporaryDirectory()
+        let store = try Store.open(at: dir.path, types: [Home.self, Item.self])
+        let home = Home(name: "h")
+        // `category` is indexed (with homeID), `name` is not.
+        let inIndexed = Item(homeID: home.id, name: "plain", category: "caf\u{E9}-indexed", wearCount: 1, price: 1)
+        let inPlain = Item(homeID: home.id, name: "caf\u{E9}-plain", category: "c", wearCount: 2, price: 1)
+        try store.write { tx in try tx.insert(home); try tx.insert(inIndexed); try tx.insert(inPlain) }
+        #expect(try store.verify().isClean)
+        let env = try Environment.open(path: dir.path)
+        let records = try env.database("records")
+        try env.write { txn in
+            var damaged: [([UInt8], [UInt8])] = []
+            try txn.scan(records, from: ScanStart<[UInt8]>.first) { key, value in
+                // "é" is C3 A9 in UTF-8; C3 FF is no character at all.
+                if let at = value.indices.dropLast().first(where: { value[$0] == 0xC3 && value[$0 + 1] == 0xA9 }) {
+                    var bytes = value
+                    bytes[at + 1] = 0xFF
+                    damaged.append((key, bytes))
+                }
+                return true
+            }
+            #expect(damaged.count == 2)
+            for (key, bytes) in damaged { try txn.put(records, key: key, value: bytes) }
+        }
+        #expect(throws: StoreError.self) { try store.get(Item.self, id: inPlain.id) }
+        let report = try store.verify()
+        let text = report.problems.joined(separator: "\n")
+        for item in [inIndexed, inPlain] {
+            #expect(report.problems.contains { $0.contains("Item \(item.id)") && $0.contains("cannot be decoded") }, "\(text)")
+        }
+        #expect(report.recordsChecked == 3)
+    }
+
     /// An insert looks for the id's versions only (every stored record has them). Should a
     /// damaged store hold a record without versions, inserting its id again must fail and
     /// roll back, not overwrite the record behind its index entries.
