@@ -195,6 +195,7 @@ extension Store {
 
     /// Registers `name` as a consumer that has read history up to `token`. Purge never removes
     /// entries after a registered consumer's token (unless forced). Call again to move it.
+    /// A token before the purge point is registered at it (those entries are gone already).
     public func registerHistoryConsumer(_ name: String, at token: HistoryToken) throws {
         try write { tx in try tx.registerHistoryConsumer(name, at: token) }
     }
@@ -223,7 +224,8 @@ extension Store {
     /// Removes every history entry that `token` covers (sequence ≤ `token.sequence`), in one
     /// write transaction. Sequence numbers are never reused afterwards.
     /// - Parameter force: purge even entries a registered consumer has not read; the report
-    ///   names those consumers (they will get `.historyPurged` and must resynchronize).
+    ///   names those consumers (they will get `.historyPurged` and must resynchronize), and
+    ///   their registrations move to the purge point.
     /// - Throws: `.historyNeeded` naming the consumer when it still needs the entries.
     @discardableResult
     public func purgeHistory(before token: HistoryToken, force: Bool = false) throws -> HistoryPurgeReport {
@@ -247,6 +249,9 @@ extension Store {
             for key in keys { try txn.delete(dbs.history, key: key) }
             let purged = max(bounds.purgedThrough, target)
             try txn.put(dbs.meta, key: MetaKey.purgedThrough, uint64: purged.sequence)
+            // Overridden registrations move to the purge point: left behind it, each would hold
+            // back every later purge although what it protected is gone.
+            for (name, _) in behind { try txn.put(dbs.meta, key: MetaKey.consumer(name), uint64: purged.sequence) }
             return HistoryPurgeReport(removedEntries: keys.count, purgedThrough: purged, overriddenConsumers: behind.map(\.key))
         }
     }
@@ -260,11 +265,13 @@ extension StoreTransaction {
             throw StoreError(.invalidValue, "store \(reader.path): a history consumer name must be 1...200 bytes")
         }
         // A consumer past the newest entry would let purge take entries it has not read.
-        let current = try historyBounds().current
+        let (current, purgedThrough) = try historyBounds()
         if token > current {
             throw StoreError(.historyAhead, "store \(reader.path): history consumer '\(name)' cannot have read up to \(token): the newest entry is \(current)")
         }
-        try context.txn.put(reader.dbs.meta, key: MetaKey.consumer(name), uint64: token.sequence)
+        // One behind the purge point has lost entries already (reading after its token throws
+        // `.historyPurged`): kept there, it would hold back every later purge for nothing.
+        try context.txn.put(reader.dbs.meta, key: MetaKey.consumer(name), uint64: max(token, purgedThrough).sequence)
     }
 }
 

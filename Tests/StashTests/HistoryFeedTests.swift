@@ -160,6 +160,14 @@ private struct Abort: Error {}
         } catch let error as StoreError {
             #expect(error.code == .historyPurged)
         }
+        // The overridden registration moved to the purge point, so it holds back nothing it
+        // could still read; registering behind the purge point lands there too (before, both
+        // blocked every later purge for good).
+        #expect(try store.historyConsumers() == ["peer-a": HistoryToken(sequence: 8)])
+        try store.registerHistoryConsumer("late", at: HistoryToken(sequence: 2))
+        #expect(try store.historyConsumers()["late"] == HistoryToken(sequence: 8))
+        #expect(try store.purgeHistory(before: HistoryToken(sequence: 8)).overriddenConsumers.isEmpty)
+        try store.removeHistoryConsumer("late")
         try store.removeHistoryConsumer("peer-a")
         #expect(try store.historyConsumers().isEmpty)
         #expect(try store.statistics().historyEntries == 2)
