@@ -59,10 +59,12 @@ extension Store {
     /// - Parameters:
     ///   - types: only entries touching these types (with only their changes); nil for all.
     ///   - token: deliver entries after this token; nil (default) starts at the commit current
-    ///     when iteration begins.
+    ///     when `changes` is called, so writes made after the call are delivered however late
+    ///     iteration begins (a task started to iterate may run after the writes that follow).
     ///   - pollInterval: how often to look for commits. Default 10 ms.
     public func changes(of types: Set<String>? = nil, after token: HistoryToken? = nil,
                         pollInterval: Duration = .milliseconds(10)) -> HistoryObservation {
-        HistoryObservation(store: self, types: types, start: token, pollInterval: pollInterval)
+        // Should the read fail, iteration takes the token when it begins (and throws then).
+        HistoryObservation(store: self, types: types, start: token ?? (try? currentToken()), pollInterval: pollInterval)
     }
 }

@@ -223,6 +223,27 @@ private struct Abort: Error {}
         #expect(try await task.value == 5)
     }
 
+    /// An observation starts where `changes` was called: writes made before iteration begins
+    /// (the doc's pattern: start a task, then write) were missed when it started there.
+    @Test func observationStartsWhereChangesWasCalled() async throws {
+        let dir = TemporaryDirectory()
+        let store = try Store.open(at: dir.path, types: [Home.self])
+        try store.insert(Home(name: "before"))
+        let observation = store.changes(pollInterval: .milliseconds(2))
+        for n in 0..<3 { try store.insert(Home(name: "after \(n)")) }
+        let task = Task {
+            var names: [String] = []
+            for try await entry in observation {
+                names += entry.changes.map(\.type)
+                if names.count == 3 { break }
+            }
+            return names.count
+        }
+        try await Task.sleep(for: .milliseconds(300))
+        task.cancel()
+        #expect(try await task.value == 3)
+    }
+
     @Test func cancellingTheConsumerEndsTheSequence() async throws {
         let dir = TemporaryDirectory()
         let store = try Store.open(at: dir.path, types: [Home.self])
