@@ -138,8 +138,12 @@ public final class Store: Sendable {
         var config = EnvironmentConfiguration(databases: StoreDatabases.specs, durability: options.durability)
         config.initialMapSize = options.initialMapSize
         config.maxReaders = options.maxReaders
+        config.refusesForeignData = true
         let env: Environment
         do { env = try Environment.open(path: path, configuration: config) }
+        catch where error.code == .foreignData {
+            throw StoreError(.notAStore, "\(path) holds another program's LMDB data, not a Stash store: \(error)", underlying: error)
+        }
         catch { throw StoreError(.storage, "cannot open store \(path): \(error)", underlying: error) }
         let dbs: StoreDatabases
         do { dbs = try StoreDatabases(env) }

@@ -72,6 +72,10 @@ public struct EnvironmentConfiguration: Sendable {
     public var durability: Durability = .full
     /// The named databases, all opened at start.
     public var databases: [DatabaseSpec] = []
+    /// Refuse an environment whose main database holds keys other than the names of
+    /// ``databases`` (another program's LMDB data) with ``LMDBError/Code/foreignData``, before
+    /// anything is created in it. Default false.
+    public var refusesForeignData = false
 
     public init(databases: [DatabaseSpec] = [], durability: Durability = .full) {
         self.databases = databases

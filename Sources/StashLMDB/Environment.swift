@@ -119,7 +119,7 @@ public final class Environment: @unchecked Sendable {
             }
             var dead: Int32 = 0
             try check(mdb_reader_check(raw, &dead), "mdb_reader_check", canonicalPath)
-            databasesByName = try Self.openDatabases(raw, configuration.databases, canonicalPath)
+            databasesByName = try Self.openDatabases(raw, configuration.databases, refusingForeignData: configuration.refusesForeignData, canonicalPath)
         } catch {
             mdb_env_close(raw)
             throw error
@@ -128,10 +128,23 @@ public final class Environment: @unchecked Sendable {
         pool = ReaderPool(capacity: max(1, min(32, configuration.maxReaders / 2)))
     }
 
-    private static func openDatabases(_ env: OpaquePointer, _ specs: [DatabaseSpec], _ path: String) throws(LMDBError) -> [String: Database] {
+    private static func openDatabases(_ env: OpaquePointer, _ specs: [DatabaseSpec], refusingForeignData: Bool,
+                                      _ path: String) throws(LMDBError) -> [String: Database] {
         guard !specs.isEmpty else { return [:] }
         var txn: OpaquePointer?
         try check(mdb_txn_begin(env, nil, 0, &txn), "mdb_txn_begin", path)
+        if refusingForeignData {
+            let foreign: String?
+            do { foreign = try firstForeignKey(txn, allowed: Set(specs.map(\.name)), path) } catch {
+                mdb_txn_abort(txn)
+                throw error
+            }
+            if let foreign {
+                mdb_txn_abort(txn)
+                throw LMDBError(code: .foreignData, operation: "open", path: path,
+                                detail: "its main database holds \"\(foreign)\", which is none of \(specs.map(\.name).joined(separator: ", ")); nothing was changed")
+            }
+        }
         var result: [String: Database] = [:]
         for spec in specs {
             var dbi: MDB_dbi = 0
@@ -144,6 +157,25 @@ public final class Environment: @unchecked Sendable {
         }
         try check(mdb_txn_commit(txn), "mdb_txn_commit (open databases)", path)
         return result
+    }
+
+    /// The first key of the main database that is not one of `allowed`, printable, or nil.
+    private static func firstForeignKey(_ txn: OpaquePointer?, allowed: Set<String>, _ path: String) throws(LMDBError) -> String? {
+        var main: MDB_dbi = 0
+        try check(mdb_dbi_open(txn, nil, 0, &main), "mdb_dbi_open (main)", path)
+        var cursor: OpaquePointer?
+        try check(mdb_cursor_open(txn, main, &cursor), "mdb_cursor_open (main)", path)
+        defer { mdb_cursor_close(cursor) }
+        var key = MDB_val(), value = MDB_val()
+        var rc = mdb_cursor_get(cursor, &key, &value, MDB_FIRST)
+        while rc == 0 {
+            let bytes = UnsafeRawBufferPointer(start: key.mv_data, count: key.mv_size)
+            let name = String(decoding: bytes, as: UTF8.self)
+            if !allowed.contains(name) { return name }
+            rc = mdb_cursor_get(cursor, &key, &value, MDB_NEXT)
+        }
+        guard rc == MDB_NOTFOUND else { throw LMDBError(code: .init(rawValue: rc), operation: "mdb_cursor_get (main)", path: path) }
+        return nil
     }
 
     deinit {

@@ -49,6 +49,9 @@ public struct LMDBError: Error, CustomStringConvertible, Sendable {
         public static let unknownDatabase = Code(rawValue: -40003)
         /// The map cannot grow further (configured maximum reached).
         public static let mapLimit = Code(rawValue: -40004)
+        /// The environment holds data other than the configured databases
+        /// (``EnvironmentConfiguration/refusesForeignData``).
+        public static let foreignData = Code(rawValue: -40005)
 
         public var description: String {
             switch self {
@@ -56,6 +59,7 @@ public struct LMDBError: Error, CustomStringConvertible, Sendable {
             case .keyTooLong: return "key longer than \(LMDBLimits.maxKeySize) bytes"
             case .unknownDatabase: return "database not declared at open"
             case .mapLimit: return "map size limit reached"
+            case .foreignData: return "the environment holds other data than its declared databases"
             default: return String(cString: mdb_strerror(rawValue))
             }
         }
