@@ -195,7 +195,8 @@ extension Store {
 
     /// Registers `name` as a consumer that has read history up to `token`. Purge never removes
     /// entries after a registered consumer's token (unless forced). Call again to move it.
-    /// A token before the purge point is registered at it (those entries are gone already).
+    /// A consumer whose token is before the purge point has lost entries already (its reads
+    /// throw `.historyPurged` until it resynchronizes) and holds back no purge.
     public func registerHistoryConsumer(_ name: String, at token: HistoryToken) throws {
         try write { tx in try tx.registerHistoryConsumer(name, at: token) }
     }
@@ -224,8 +225,8 @@ extension Store {
     /// Removes every history entry that `token` covers (sequence ≤ `token.sequence`), in one
     /// write transaction. Sequence numbers are never reused afterwards.
     /// - Parameter force: purge even entries a registered consumer has not read; the report
-    ///   names those consumers (they will get `.historyPurged` and must resynchronize), and
-    ///   their registrations move to the purge point.
+    ///   names those consumers (they will get `.historyPurged` and must resynchronize; their
+    ///   registrations stay, and hold back no later purge).
     /// - Throws: `.historyNeeded` naming the consumer when it still needs the entries.
     @discardableResult
     public func purgeHistory(before token: HistoryToken, force: Bool = false) throws -> HistoryPurgeReport {
@@ -233,7 +234,9 @@ extension Store {
             let txn = tx.context.txn
             let bounds = try historyBounds(txn)
             let target = min(token, bounds.current)
-            let behind = try consumers(txn).filter { $0.value < target }.sorted { $0.key < $1.key }
+            // Consumers before the purge point lost entries already: they protect nothing more
+            // (counted, each held back every later purge for good).
+            let behind = try consumers(txn).filter { $0.value < target && $0.value >= bounds.purgedThrough }.sorted { $0.key < $1.key }
             if !force, let (name, consumer) = behind.first {
                 throw StoreError(.historyNeeded, "store \(path): consumer '\(name)' has read history only up to \(consumer); purging up to \(target) would lose entries it needs. Purge up to \(consumer) at most, move the consumer, or force")
             }
@@ -249,9 +252,6 @@ extension Store {
             for key in keys { try txn.delete(dbs.history, key: key) }
             let purged = max(bounds.purgedThrough, target)
             try txn.put(dbs.meta, key: MetaKey.purgedThrough, uint64: purged.sequence)
-            // Overridden registrations move to the purge point: left behind it, each would hold
-            // back every later purge although what it protected is gone.
-            for (name, _) in behind { try txn.put(dbs.meta, key: MetaKey.consumer(name), uint64: purged.sequence) }
             return HistoryPurgeReport(removedEntries: keys.count, purgedThrough: purged, overriddenConsumers: behind.map(\.key))
         }
     }
@@ -265,13 +265,11 @@ extension StoreTransaction {
             throw StoreError(.invalidValue, "store \(reader.path): a history consumer name must be 1...200 bytes")
         }
         // A consumer past the newest entry would let purge take entries it has not read.
-        let (current, purgedThrough) = try historyBounds()
+        let current = try historyBounds().current
         if token > current {
             throw StoreError(.historyAhead, "store \(reader.path): history consumer '\(name)' cannot have read up to \(token): the newest entry is \(current)")
         }
-        // One behind the purge point has lost entries already (reading after its token throws
-        // `.historyPurged`): kept there, it would hold back every later purge for nothing.
-        try context.txn.put(reader.dbs.meta, key: MetaKey.consumer(name), uint64: max(token, purgedThrough).sequence)
+        try context.txn.put(reader.dbs.meta, key: MetaKey.consumer(name), uint64: token.sequence)
     }
 }
 

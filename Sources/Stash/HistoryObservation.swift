@@ -5,14 +5,19 @@ import Foundation
 /// the same store directory.
 ///
 /// ```swift
+/// let updates = store.changes(of: ["Item"])   // starts here, whenever the task runs
 /// let task = Task {
-///     for try await entry in store.changes(of: ["Item"]) {
+///     for try await entry in updates {
 ///         print(entry.sequence, entry.changes)
 ///     }
 /// }
 /// …
 /// task.cancel()   // ends the sequence cleanly
 /// ```
+///
+/// The starting point belongs to the sequence value: iterating it again (or later) replays
+/// from there, and throws `.historyPurged` if that history was purged meanwhile. To follow
+/// only what comes next, call `changes()` again.
 ///
 /// The observer polls the newest sequence number (one short read transaction per poll, by
 /// default every 10 ms), so delivery latency is the poll interval plus the read, well under

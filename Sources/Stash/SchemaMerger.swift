@@ -29,7 +29,7 @@ struct SchemaMerger {
     static func loadSchema<T: TransactionReading>(_ txn: T, _ dbs: StoreDatabases, _ path: String) throws -> StoreSchema? {
         guard let bytes = try txn.get(dbs.meta, key: MetaKey.schema) else { return nil }
         do { return try JSONDecoder().decode(StoreSchema.self, from: Data(bytes)) }
-        catch { throw StoreError(.corrupted, "store \(path): the stored schema cannot be read (\(describe(error)))") }
+        catch { throw StoreError(.corrupted, "store \(path): the stored schema cannot be read (\(describe(error))); it was written by a newer Stash (upgrade) or is damaged (run `stash verify \(path)`, then restore from a backup or a peer)") }
     }
 
     static func saveSchema(_ schema: StoreSchema, generation: UInt64, _ txn: WriteTransaction, _ dbs: StoreDatabases) throws {
@@ -79,7 +79,7 @@ struct SchemaMerger {
         }
         guard let store = RecordID(bytes: (try txn.get(dbs.meta, key: MetaKey.storeID) ?? [])[...]),
               var site = RecordID(bytes: (try txn.get(dbs.meta, key: MetaKey.siteID) ?? [])[...]) else {
-            throw StoreError(.corrupted, "store \(path): store or site id missing from meta")
+            throw StoreError(.corrupted, "store \(path): the store or site id is missing from meta: the store is damaged; restore it from a backup or a peer")
         }
         let stored = try txn.get(dbs.meta, key: MetaKey.dataFile).map(Self.fileIdentity(decoding:))
         let requested = try txn.get(dbs.meta, key: MetaKey.newSiteRequested) != nil
@@ -177,8 +177,9 @@ struct SchemaMerger {
     /// Runs the migrations newer than the stored schema version, in version order (those of
     /// one version in the order given), and stores each version once all of its migrations ran.
     /// - Throws: `.invalidValue` when two migrations of one version name the same type;
-    ///   `.incompatibleSchema` when one names a type this store neither holds nor is opened
-    ///   with (a misspelt name would otherwise do nothing, and its version would count as done).
+    ///   `.incompatibleSchema` when one names a type a store holding types neither holds nor is
+    ///   opened with (a misspelt name would otherwise do nothing, and its version would count
+    ///   as done).
     private func migrate(_ context: WriteContext, declaring declared: Set<String>) throws {
         let stored = context.catalog.schema.version
         let pending = options.migrations.enumerated()
@@ -190,7 +191,10 @@ struct SchemaMerger {
             guard seen.insert("\(migration.version) \(migration.type)").inserted else {
                 throw StoreError(.invalidValue, "store \(path): two migrations of version \(migration.version) name type \(migration.type); make them one")
             }
-            guard context.catalog.schema.type(named: migration.type) != nil || declared.contains(migration.type) else {
+            // A store that holds no type yet (a new install) has nothing to migrate: a migration
+            // of a type the app no longer declares is no mistake there.
+            guard context.catalog.schema.types.isEmpty || context.catalog.schema.type(named: migration.type) != nil
+                    || declared.contains(migration.type) else {
                 throw StoreError(.incompatibleSchema, "store \(path): migration \(migration.version) names type \(migration.type), which this store neither holds nor is opened with; check the name (Record.recordType)")
             }
         }
@@ -339,7 +343,7 @@ struct SchemaMerger {
         }
         for (indexName, wantedIndex) in wanted where try context.layout(name).schema.index(named: indexName) == nil {
             guard !wantedIndex.fields.isEmpty else {
-                throw StoreError(.incompatibleSchema, "store \(path): an index of \(name) lists no fields")
+                throw StoreError(.incompatibleSchema, "store \(path): an index of \(name) lists no fields; give it at least one")
             }
             var added: IndexSchema?
             context.updateSchema { schema in
@@ -379,12 +383,14 @@ struct SchemaMerger {
         for type in context.catalog.schema.types {
             for index in type.indexes where index.fields.contains(where: { changed.contains(type.field(named: $0)?.kind) }) {
                 try removeEntries(of: index, of: type)
-                try backfill(index, of: type.name, context)
+                try backfill(index, of: type.name, context, upgrading: true)
             }
         }
     }
 
-    private func backfill(_ index: IndexSchema, of typeName: String, _ context: WriteContext) throws {
+    /// Indexes every stored record of `typeName` under `index`. `upgrading`: the rebuild of a
+    /// format-1 store, which runs before migrations and declarations (a clash there says so).
+    private func backfill(_ index: IndexSchema, of typeName: String, _ context: WriteContext, upgrading: Bool = false) throws {
         let layout = try context.layout(typeName)
         let total = try context.count(layout.schema.tag)
         guard total > 0 else { return }
@@ -393,7 +399,7 @@ struct SchemaMerger {
         report(phase, 0, total)
         try txn.scan(dbs.records, prefix: StoreKeys.typePrefix(layout.schema.tag)) { key, value in
             guard let id = StoreKeys.id(fromRecordKey: key) else { return true }
-            try context.addIndexEntry(index, layout, try context.decodeStored(value, typeName, id), id: id)
+            try context.addIndexEntry(index, layout, try context.decodeStored(value, typeName, id), id: id, upgrading: upgrading)
             done += 1
             if done % 10_000 == 0 { report(phase, done, total) }
             return true

@@ -637,13 +637,17 @@ final class WriteContext: FieldTagResolver {
     }
 
     /// - Throws: `.uniqueViolation` naming both records when two stored records share the
-    ///   values of a unique index being built (at open: it says how to get past it).
-    func addIndexEntry(_ index: IndexSchema, _ layout: TypeLayout, _ record: EncodedRecord, id: RecordID) throws {
+    ///   values of a unique index being built (at open: it says how to get past it; `upgrading`,
+    ///   the rebuild of a format-1 store, runs before migrations and declarations can help).
+    func addIndexEntry(_ index: IndexSchema, _ layout: TypeLayout, _ record: EncodedRecord, id: RecordID, upgrading: Bool = false) throws {
         let key = try indexKey(index, layout, record)
         if index.unique, try !lacksUniqueValue(index, layout, record), let other = try uniqueHolder(index, layout, key, record, id) {
             let type = layout.schema.name
             let values = try index.fields.map { "\($0) = \(try fieldValue($0, layout, record).json.text)" }.joined(separator: ", ")
-            throw StoreError(.uniqueViolation, "store \(path): cannot build the unique index \(type)(\(index.name)) at open: \(type) \(other) and \(type) \(id) both have \(values); remove the duplicates with a Migration (version \(catalog.schema.version + 1)) or declare the index with .index instead of .unique")
+            let remedy = upgrading
+                ? "the format-1 store this library upgrades let both in (two Unicode spellings of one text); open it with the Stash release before format 2, make the two values differ, then open it here"
+                : "remove the duplicates with a Migration (version \(catalog.schema.version + 1)) or declare the index with .index instead of .unique"
+            throw StoreError(.uniqueViolation, "store \(path): cannot build the unique index \(type)(\(index.name)) at open: \(type) \(other) and \(type) \(id) both have \(values); \(remedy)")
         }
         try txn.put(dbs.index, key: key, value: id.bytes)
     }

@@ -72,8 +72,8 @@ public struct EnvironmentConfiguration: Sendable {
     public var durability: Durability = .full
     /// The named databases, all opened at start.
     public var databases: [DatabaseSpec] = []
-    /// Refuse an environment whose main database holds keys other than the names of
-    /// ``databases`` (another program's LMDB data) with ``LMDBError/Code/foreignData``, before
+    /// Refuse an environment whose main database holds keys, none of them the name of one of
+    /// ``databases`` (another program's LMDB data), with ``LMDBError/Code/foreignData``, before
     /// anything is created in it. Default false.
     public var refusesForeignData = false
 

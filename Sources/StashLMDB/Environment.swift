@@ -159,7 +159,9 @@ public final class Environment: @unchecked Sendable {
         return result
     }
 
-    /// The first key of the main database that is not one of `allowed`, printable, or nil.
+    /// The first key of the main database that is not one of `allowed`, printable, or nil;
+    /// nil too when one of `allowed` is there (the environment is this program's, perhaps
+    /// written by a newer version with more databases: its own checks judge it).
     private static func firstForeignKey(_ txn: OpaquePointer?, allowed: Set<String>, _ path: String) throws(LMDBError) -> String? {
         var main: MDB_dbi = 0
         try check(mdb_dbi_open(txn, nil, 0, &main), "mdb_dbi_open (main)", path)
@@ -167,15 +169,17 @@ public final class Environment: @unchecked Sendable {
         try check(mdb_cursor_open(txn, main, &cursor), "mdb_cursor_open (main)", path)
         defer { mdb_cursor_close(cursor) }
         var key = MDB_val(), value = MDB_val()
+        var foreign: String?
         var rc = mdb_cursor_get(cursor, &key, &value, MDB_FIRST)
         while rc == 0 {
             let bytes = UnsafeRawBufferPointer(start: key.mv_data, count: key.mv_size)
             let name = String(decoding: bytes, as: UTF8.self)
-            if !allowed.contains(name) { return name }
+            if allowed.contains(name) { return nil }
+            if foreign == nil { foreign = name }
             rc = mdb_cursor_get(cursor, &key, &value, MDB_NEXT)
         }
         guard rc == MDB_NOTFOUND else { throw LMDBError(code: .init(rawValue: rc), operation: "mdb_cursor_get (main)", path: path) }
-        return nil
+        return foreign
     }
 
     deinit {

@@ -65,7 +65,10 @@ public struct SyncReport: Sendable, CustomStringConvertible {
     public var changedHere = 0
     public var parked: [String] = []
     /// Records deleted here because another record of their type holds the same value of a
-    /// unique index (two devices created it independently): tell the user.
+    /// unique index (two devices created it independently): tell the user. Only the store
+    /// whose merge settles a clash reports it, in the fetch that applied the delta (the other
+    /// store then receives an ordinary delete); clashes settled while the peer store applies
+    /// what this one sends, or while a parked delta is retried, are not reported here.
     public var uniqueClashes: [UniqueClash] = []
     /// Deltas refused (corrupt, unauthenticated, of a newer format, holding versions no
     /// replica accepts...), with why: they stay with the transport, and their source's later
@@ -225,21 +228,18 @@ public final class SyncEngine: Sendable {
     }
 
     /// Asks through `transport` for the full snapshots noted by
-    /// ``askForEverythingIfTypesTurnedSynced(_:)``: once per source through a direct transport
-    /// (its peer answers in the same exchange), and through a relay at every fetch until the
-    /// snapshot is applied (the relay keeps one request per source, so asking again is free;
-    /// a request answered by a snapshot that was then lost, or removed while it was written,
-    /// would otherwise never be made again).
+    /// ``askForEverythingIfTypesTurnedSynced(_:)`` that were not asked through its kind yet.
+    /// (``RelayTransport`` asks again by itself when a request went unanswered and no snapshot
+    /// it could apply is on the relay: see ``wantsFullSnapshot(from:)``.)
     private func requestWantedFullSnapshots(via transport: some SyncTransport) throws {
         let kind = transport.peer == nil ? "relay" : "direct"
         let wanted = try store.read { try Self.fullSnapshotsWanted(in: $0) }
-        let toAsk = wanted.filter { kind == "relay" || !$0.value.contains(kind) }.keys.sorted()
+        let toAsk = wanted.filter { !$0.value.contains(kind) }.keys.sorted()
         guard !toAsk.isEmpty else { return }
         for source in toAsk {
             guard let site = RecordID(string: source), site != self.site else { continue }
             try transport.requestFullSnapshot(from: site, for: self)
         }
-        if toAsk.allSatisfy({ wanted[$0]?.contains(kind) == true }) { return }
         try store.write(author: "sync") { tx in
             var current = try Self.fullSnapshotsWanted(in: tx)
             for source in toAsk where current[source] != nil { current[source]!.insert(kind) }
@@ -252,6 +252,10 @@ public final class SyncEngine: Sendable {
     func wantsFullSnapshot(from source: RecordID) throws -> Bool {
         try store.read { try Self.fullSnapshotsWanted(in: $0) }[source.description] != nil
     }
+
+    /// Whether a delta of `source` waits here for the schema (then asking for another full
+    /// snapshot would only park that one too).
+    func hasParkedDeltas(from source: RecordID) -> Bool { !parkedRanges(of: source).isEmpty }
 
     /// Takes `source` off the list of wanted full snapshots (one of it was applied).
     private static func fullSnapshotArrived(from source: RecordID, in tx: StoreTransaction) throws {
@@ -662,6 +666,8 @@ public final class SyncEngine: Sendable {
             sent = try sendChanges(via: transport)
         } catch let error as SyncError where error.code == .transportFailed {
             _ = try? fetchChanges(via: transport)
+            // The fetch recorded its own outcome: the send's failure is the one to show.
+            try? store.setMetadata(Array("\(error)".utf8), for: Self.lastErrorKey)
             throw error
         }
         var report = try fetchChanges(via: transport)

@@ -154,27 +154,31 @@ public struct RelayTransport: SyncTransport {
             }
         }
         let name = String(format: "%020llu-%020llu%@.delta", delta.from, delta.to, delta.isFullSnapshot ? "-full" : "")
+        // A full snapshot answers the requests there now: their requesters' acknowledgements
+        // are lowered before it is written (so that no clean-up, of another process of this
+        // store either, deletes it before they applied it), and the requests removed after.
+        let answered = delta.isFullSnapshot ? keepForRequesters(delta, from: engine) : []
         try AtomicFile.write(data, to: folder(engine.site).appendingPathComponent(name))
-        if delta.isFullSnapshot { answerRequests(with: delta, from: engine) }
+        let requests = folder(engine.site).appendingPathComponent("requests")
+        for name in answered { try? FileManager.default.removeItem(at: requests.appendingPathComponent(name)) }
     }
 
-    /// Marks the requests for a full snapshot as answered by `delta`: each request file is
-    /// removed, one by one (a request written meanwhile stays for the next send), and each
-    /// requester's acknowledgement is lowered below the snapshot, so that the clean-up keeps it
-    /// until the requester has applied it. A requester may have received everything the
-    /// snapshot covers (a type turned synced there, after this source's records of it were
-    /// skipped): its acknowledgement would let the snapshot go at once.
-    private func answerRequests(with delta: Delta, from engine: SyncEngine) {
+    /// The requests for a full snapshot present now, by file name, each requester's
+    /// acknowledgement lowered below `delta`, so that the clean-up keeps the snapshot until the
+    /// requester has applied it. A requester may have received everything the snapshot covers
+    /// (a type turned synced there, after this source's records of it were skipped): its
+    /// acknowledgement would let the snapshot go at once. Requests written later stay for the
+    /// next send.
+    private func keepForRequesters(_ delta: Delta, from engine: SyncEngine) -> [String] {
         let requests = folder(engine.site).appendingPathComponent("requests")
-        for name in ((try? FileManager.default.contentsOfDirectory(atPath: requests.path)) ?? []) where !name.hasPrefix(".") {
-            if RecordID(string: name) != nil, delta.to > 0 {
-                let ack = folder(engine.site).appendingPathComponent("acks").appendingPathComponent(name)
-                if let acknowledged = readAcknowledgement(ack), acknowledged >= delta.to {
-                    try? AtomicFile.write(Data(String(delta.to - 1).utf8), to: ack)
-                }
+        let names = ((try? FileManager.default.contentsOfDirectory(atPath: requests.path)) ?? []).filter { !$0.hasPrefix(".") }
+        for name in names where RecordID(string: name) != nil && delta.to > 0 {
+            let ack = folder(engine.site).appendingPathComponent("acks").appendingPathComponent(name)
+            if let acknowledged = readAcknowledgement(ack), acknowledged >= delta.to {
+                try? AtomicFile.write(Data(String(delta.to - 1).utf8), to: ack)
             }
-            try? FileManager.default.removeItem(at: requests.appendingPathComponent(name))
         }
+        return names
     }
 
     /// How far a source's history has reached the relay: its newest file, or the newest
@@ -242,6 +246,13 @@ public struct RelayTransport: SyncTransport {
             }
             // A full snapshot newer than what we have makes the older files unnecessary.
             let full = files.last(where: { $0.full && ($0.to > received || wantsFull && $0.to == received) })
+            // Still waiting, with no request there and no snapshot to apply (the request was
+            // lost, or answered by a snapshot since deleted): ask again. Not while one of the
+            // source's deltas is parked here: the answer would be parked too.
+            if wantsFull, full == nil, !engine.hasParkedDeltas(from: source),
+               !FileManager.default.fileExists(atPath: sourceFolder.appendingPathComponent("requests").appendingPathComponent(myself).path) {
+                try requestFullSnapshot(from: source, for: engine)
+            }
             if let full { files = files.filter { $0.to > full.to || $0.url == full.url } }
             for file in files where file.to > received || file.url == full?.url {
                 // A file that cannot be read (gone since the listing, unreadable) holds back

@@ -160,17 +160,18 @@ private struct Abort: Error {}
         } catch let error as StoreError {
             #expect(error.code == .historyPurged)
         }
-        // The overridden registration moved to the purge point, so it holds back nothing it
-        // could still read; registering behind the purge point lands there too (before, both
-        // blocked every later purge for good).
-        #expect(try store.historyConsumers() == ["peer-a": HistoryToken(sequence: 8)])
+        // The overridden registration stays where it was (its reads fail loudly until it
+        // resynchronizes), and like one registered behind the purge point it holds back no
+        // later purge (before, both blocked every one for good).
+        #expect(try store.historyConsumers() == ["peer-a": HistoryToken(sequence: 4)])
         try store.registerHistoryConsumer("late", at: HistoryToken(sequence: 2))
-        #expect(try store.historyConsumers()["late"] == HistoryToken(sequence: 8))
-        #expect(try store.purgeHistory(before: HistoryToken(sequence: 8)).overriddenConsumers.isEmpty)
+        #expect(try store.historyConsumers()["late"] == HistoryToken(sequence: 2))
+        let later = try store.purgeHistory(before: HistoryToken(sequence: 9))
+        #expect(later.removedEntries == 1 && later.overriddenConsumers.isEmpty)
         try store.removeHistoryConsumer("late")
         try store.removeHistoryConsumer("peer-a")
         #expect(try store.historyConsumers().isEmpty)
-        #expect(try store.statistics().historyEntries == 2)
+        #expect(try store.statistics().historyEntries == 1)
         #expect(try store.verify().isClean)
     }
 

@@ -581,6 +581,10 @@ final class ProgressLog: Sendable {
             let error = thrownError { _ = try Store.open(at: dir.path, types: [GarmentSizeAsText.self, PhotoV2.self], options: options) } as? StoreError
             #expect(error?.code == code && error?.message.contains(words) == true, "\(String(describing: error))")
         }
+        // A new install keeps migrations of types it no longer declares: nothing to migrate.
+        options.migrations = [images, sizes, Migration(version: 1, type: "Retired") { _ in }]
+        let fresh = try Store.open(at: dir.sub("fresh"), types: [GarmentSizeAsText.self], options: options)
+        #expect(fresh.schema.version == 1)
         options.migrations = [images, sizes]
         let store = try Store.open(at: dir.path, types: [GarmentSizeAsText.self, PhotoV2.self], options: options)
         #expect(store.schema.version == 1)
