@@ -504,6 +504,21 @@ import StashTestSupport
         return (url, RelayTransport(directory: url, quotaBytes: quotaBytes))
     }
 
+    /// Source `a` (the type `DeviceSecret` synced, as `SyncedSecret`) holds a secret that
+    /// reader `b` skipped through the relay while the type was local-only there; `b` is then
+    /// opened with the type synced. The source has written nothing since.
+    private func secretSkippedThroughRelay(_ dir: TemporaryDirectory, _ relay: RelayTransport) throws -> (a: Device, b: Device, secret: SyncedSecret) {
+        let secretSynced = syncTypes.filter { $0 != DeviceSecret.self } + [SyncedSecret.self]
+        let a = try Device.open(dir.sub("a"), family: family, types: secretSynced)
+        let bLocal = try Device.open(dir.sub("b"), family: family, types: syncTypes)
+        let secret = SyncedSecret(value: "from A")
+        try a.store.insert(secret)
+        try a.engine.sync(via: relay)
+        try bLocal.engine.sync(via: relay)      // skipped: local-only here
+        try a.engine.sync(via: relay)
+        return (a, try Device.open(dir.sub("b"), family: family, types: secretSynced), secret)
+    }
+
     /// The relay variant of the type turning synced: the source wrote nothing after the
     /// reader last received from it, so its full snapshot ends where the reader already is.
     /// The reader filtered it out (and the source's clean-up deleted it at once): the records
@@ -511,24 +526,15 @@ import StashTestSupport
     @Test func aTypeTurningSyncedGetsWhatWasSkippedFromAnIdleRelaySource() throws {
         let dir = TemporaryDirectory()
         let (_, relay) = try makeRelay(dir)
-        let secretSynced = syncTypes.filter { $0 != DeviceSecret.self } + [SyncedSecret.self]
-        let a = try Device.open(dir.sub("a"), family: family, types: secretSynced)
-        let bLocal = try Device.open(dir.sub("b"), family: family, types: syncTypes)
-        let fromA = SyncedSecret(value: "from A")
-        try a.store.insert(fromA)
-        try a.engine.sync(via: relay)
-        try bLocal.engine.sync(via: relay)      // skipped: local-only here
-        try a.engine.sync(via: relay)
-        let b = try Device.open(dir.sub("b"), family: family, types: secretSynced)
+        let (a, b, secret) = try secretSkippedThroughRelay(dir, relay)
         try b.engine.sync(via: relay)                                        // asks
         #expect(try a.engine.sync(via: relay).sentFullSnapshot)              // idle: answers
         try b.engine.sync(via: relay)                                        // applies
-        #expect(try b.store.get(SyncedSecret.self, id: fromA.id) == fromA)
+        #expect(try b.store.get(SyncedSecret.self, id: secret.id) == secret)
         // Answered once: the applying fetch did not ask again.
         #expect(try a.engine.sync(via: relay).sentFullSnapshot == false)
         try b.engine.sync(via: relay)
         #expect(try a.engine.sync(via: relay).sentFullSnapshot == false)
-
     }
 
     /// A request for a full snapshot lost on the way (removed here by hand; a source's
@@ -537,25 +543,18 @@ import StashTestSupport
     @Test func aLostFullSnapshotRequestIsMadeAgain() throws {
         let dir = TemporaryDirectory()
         let (url, relay) = try makeRelay(dir)
-        let secretSynced = syncTypes.filter { $0 != DeviceSecret.self } + [SyncedSecret.self]
-        let a = try Device.open(dir.sub("a"), family: family, types: secretSynced)
-        let cLocal = try Device.open(dir.sub("c"), family: family, types: syncTypes)
-        let secret = SyncedSecret(value: "from A")
-        try a.store.insert(secret)
-        try a.engine.sync(via: relay)
-        try cLocal.engine.sync(via: relay)            // skipped: local-only here
-        let c = try Device.open(dir.sub("c"), family: family, types: secretSynced)
-        try c.engine.sync(via: relay)                 // asks
+        let (a, b, secret) = try secretSkippedThroughRelay(dir, relay)
+        try b.engine.sync(via: relay)                 // asks
         let requests = url.appendingPathComponent(a.store.siteID.description).appendingPathComponent("requests")
-        let request = requests.appendingPathComponent(c.store.siteID.description)
+        let request = requests.appendingPathComponent(b.store.siteID.description)
         #expect(FileManager.default.fileExists(atPath: request.path))
         try FileManager.default.removeItem(at: requests)
-        try c.engine.sync(via: relay)                 // asks again
+        try b.engine.sync(via: relay)                 // asks again
         #expect(FileManager.default.fileExists(atPath: request.path))
         #expect(try a.engine.sync(via: relay).sentFullSnapshot)
-        try c.engine.sync(via: relay)
-        #expect(try c.store.get(SyncedSecret.self, id: secret.id) == secret)
-        for device in [a, c, a] { #expect(try device.engine.sync(via: relay).sentFullSnapshot == false, "\(device.path)") }
+        try b.engine.sync(via: relay)
+        #expect(try b.store.get(SyncedSecret.self, id: secret.id) == secret)
+        for device in [a, b, a] { #expect(try device.engine.sync(via: relay).sentFullSnapshot == false, "\(device.path)") }
     }
 
     /// A relay over its quota never drained: the send checked the quota before deleting what
