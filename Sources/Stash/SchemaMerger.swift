@@ -327,6 +327,9 @@ struct SchemaMerger {
         for index in stored.indexes {
             let declared = wanted.first { $0.0 == index.name }
             if let declared, declared.1.unique == index.unique { continue }
+            // A unique index declared plain stays unique unless the app asks (an older version
+            // opening would otherwise let duplicates in, and the newer one then fail to open).
+            if let declared, index.unique, !declared.1.unique, !options.relaxesUniqueIndexes { continue }
             if let declared {
                 try removeEntries(of: index, of: stored)
                 var changed = index

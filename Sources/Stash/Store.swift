@@ -23,6 +23,12 @@ public struct StoreOptions: Sendable {
     /// them, counts through it answer 0), so remove indexes only when no other process
     /// still uses them. Indexes of types the declaration does not list are never removed.
     public var dropsUndeclaredIndexes = false
+    /// Whether a declared plain index turns a stored unique one plain. Default false: the
+    /// index stays unique, since an older version of the app (or an extension not updated
+    /// yet, or a schema file without `"unique": true`) opening with the plain declaration
+    /// would otherwise let duplicates in, and the newer version could then no longer open the
+    /// store. Set it in the version of the app that stops requiring the values to be unique.
+    public var relaxesUniqueIndexes = false
     /// Data migrations to run at open, in version order.
     public var migrations: [Migration] = []
     /// Reports long work at open (index backfill, migrations).
@@ -110,7 +116,8 @@ public final class Store: Sendable {
     ///
     /// The types' declared fields and indexes are merged into the stored schema: new fields
     /// and types are added, new indexes are built from existing records (with progress), an
-    /// index whose uniqueness changed is rebuilt, and `options.migrations` newer than the
+    /// index declared unique now is rebuilt as such (a unique one declared plain stays unique
+    /// unless `options.relaxesUniqueIndexes`), and `options.migrations` newer than the
     /// stored version run. Stored indexes a declared type no longer lists stay (and stay
     /// exact) unless `options.dropsUndeclaredIndexes` asks for their removal.
     /// All of it happens in one write transaction: on error nothing changes.

@@ -18,6 +18,8 @@ struct Init: ParsableCommand {
     @Option(name: .long, help: "The JSON schema file.") var schema: String
     @Flag(name: .long, help: "Remove the stored indexes of listed types that the file no longer lists (default: they stay).")
     var dropUndeclaredIndexes = false
+    @Flag(name: .long, help: "Make stored unique indexes that the file lists without \"unique\": true plain (default: they stay unique).")
+    var relaxUniqueIndexes = false
 
     func run() throws {
         try runCommand {
@@ -30,6 +32,7 @@ struct Init: ParsableCommand {
             var options = StoreOptions()
             options.progress = progressReporter()
             options.dropsUndeclaredIndexes = dropUndeclaredIndexes
+            options.relaxesUniqueIndexes = relaxUniqueIndexes
             let store = try Store.open(at: directory, declaration: declaration, options: options)
             let names = store.schema.types.map(\.name).joined(separator: ", ")
             printLine("store \(store.path): \(store.schema.types.count) type(s): \(names)")

@@ -56,6 +56,29 @@ private struct AccountBeforeUniqueHandles: Record, Equatable {
         #expect(try newer.verify().isClean)
     }
 
+    /// An older version of the app (or an extension not updated yet) declaring the index
+    /// plain rebuilt it plain: the newer version's inserts of duplicates then succeeded, and at
+    /// its next launch the unique rebuild failed, so it could not open its store. A unique
+    /// index now stays unique unless the opener asks to relax it.
+    @Test func anOlderOpenerDoesNotRelaxAUniqueIndex() throws {
+        let dir = TemporaryDirectory()
+        do {
+            let newer = try Store.open(at: dir.path, types: [Account.self])
+            try newer.insert(Account(team: "t", handle: "ann"))
+        }
+        let older = try Store.open(at: dir.path, types: [AccountBeforeUniqueHandles.self])
+        #expect(older.schema.type(named: "Account")?.index(named: "handle")?.unique == true)
+        #expect { try older.insert(AccountBeforeUniqueHandles(team: "u", handle: "ann")) } throws: { ($0 as? StoreError)?.code == .uniqueViolation }
+        #expect(try Store.open(at: dir.path, types: [Account.self]).count(Account.self) == 1)
+        var relaxing = StoreOptions()
+        relaxing.relaxesUniqueIndexes = true
+        let relaxed = try Store.open(at: dir.path, types: [AccountBeforeUniqueHandles.self], options: relaxing)
+        #expect(relaxed.schema.type(named: "Account")?.index(named: "handle")?.unique == false)
+        try relaxed.insert(AccountBeforeUniqueHandles(team: "u", handle: "ann"))
+        #expect(try relaxed.count(AccountBeforeUniqueHandles.self, where: \.handle, equals: "ann") == 2)
+        #expect(try relaxed.verify().isClean)
+    }
+
     /// Duplicates found while a unique index is built at open were reported as for an insert:
     /// one record named, "update that record instead" (impossible while the store will not
     /// open). The error names both records and the ways out, and the open changes nothing.
