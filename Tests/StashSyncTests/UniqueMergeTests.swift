@@ -146,6 +146,26 @@ struct Document: Record, Equatable {
         #expect(quiet.uniqueClashes.isEmpty && quiet.changedHere == 1, "\(quiet)")
     }
 
+    /// The other order: the store keeping the value settles first, and the store whose record
+    /// lost receives it as a delete with the winner. It reports the clash too (before, its
+    /// record vanished as an ordinary delete and only the other device was told).
+    @Test func theStoreWhoseRecordLostHearsOfItToo() throws {
+        let dir = TemporaryDirectory()
+        let (a, b) = try twoDevices(dir)
+        let ids = orderedIDs()
+        try a.store.insert(UserProfile(id: ids.small, kind: "admin", displayName: "on A"))
+        try b.store.insert(UserProfile(id: ids.large, kind: "admin", displayName: "on B"))
+        let expected = UniqueClash(type: "UserProfile", removed: ids.large, kept: ids.small, index: "kind")
+        #expect(try a.engine.fetchChanges(via: DirectTransport(to: b.engine)).uniqueClashes == [expected])
+        let onB = try b.engine.fetchChanges(via: DirectTransport(to: a.engine))
+        #expect(onB.uniqueClashes == [expected], "\(onB)")
+        try expectConverged([a, b], profiles: [ids.small: "admin"])
+        // An ordinary delete of a record whose value nobody else holds reports nothing.
+        try a.store.delete(UserProfile.self, id: ids.small)
+        let deleted = try b.engine.fetchChanges(via: DirectTransport(to: a.engine))
+        #expect(deleted.uniqueClashes.isEmpty && deleted.changedHere == 1, "\(deleted)")
+    }
+
     /// A record arriving with values that two different local records hold, one per unique
     /// index: it has the smallest id, so both local ones go, and the delta applies (before,
     /// the second clash escaped the first one's handling and failed the delta every time).
