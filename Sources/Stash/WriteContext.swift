@@ -579,8 +579,9 @@ final class WriteContext: FieldTagResolver {
     /// the replica the delete came from (so the device whose record went hears of it too).
     @discardableResult
     func settleMergedUniqueClashes() throws -> [UniqueClash] {
-        var settled = try removedByRemoteSettlement()
-        guard !mergedUniqueKeys.isEmpty else { return settled }
+        // The other side is judged on the state this settlement leaves.
+        guard !mergedUniqueKeys.isEmpty else { return try removedByRemoteSettlement() }
+        var settled: [UniqueClash] = []
         var candidates: [String: Set<RecordID>] = [:]
         for (key, type) in mergedUniqueKeys {
             var ids: [RecordID] = []
@@ -609,7 +610,7 @@ final class WriteContext: FieldTagResolver {
                 }
             }
         }
-        return settled
+        return settled + (try removedByRemoteSettlement())
     }
 
     /// The records merged deletes removed (``mergeRemoved``) whose unique value a live record

@@ -49,8 +49,8 @@ public struct SyncKey: Sendable, Equatable {
 /// What applying one delta did.
 public enum ApplyOutcome: Sendable, Equatable {
     /// Merged; `changed` records were updated here. `uniqueClashes`: the records deleted here
-    /// because a merged record took a unique value they held, or they took one (the record
-    /// with the smallest id keeps it, on every replica).
+    /// because another record of their type holds the same unique value (see
+    /// ``SyncReport/uniqueClashes``).
     case applied(entries: Int, changed: Int, uniqueClashes: [UniqueClash] = [])
     /// Already applied earlier (same or older range): nothing done.
     case duplicate
