@@ -61,6 +61,32 @@ struct SchemaMerger {
         return Result(storeID: storeID, siteID: siteID, copiedFrom: copiedFrom, catalog: context.catalog, syncPreference: preference != [0])
     }
 
+    /// What a read-only open needs, read without writing anything: no upgrade, no schema
+    /// merge, no new site for a copy (the stored one is used as is).
+    /// - Throws: `.notAStore` without a format marker or for a newer format; `.readOnly` for
+    ///   an older format, which must be upgraded by an open for writing first.
+    static func inspect<T: TransactionReading>(_ txn: T, _ dbs: StoreDatabases, _ path: String) throws -> Result {
+        guard let format = try txn.uint64(dbs.meta, key: MetaKey.format) else {
+            throw StoreError(.notAStore, "\(path) holds no Stash format marker; it is not a Stash store")
+        }
+        guard format <= Self.format else {
+            throw StoreError(.notAStore, "store \(path) has format \(format), newer than this library (\(Self.format)); upgrade Stash")
+        }
+        guard format == Self.format else {
+            throw StoreError(.readOnly, "store \(path) has format \(format) and must be upgraded to \(Self.format) before it can be read; open it once for writing")
+        }
+        guard let store = RecordID(bytes: (try txn.get(dbs.meta, key: MetaKey.storeID) ?? [])[...]),
+              let site = RecordID(bytes: (try txn.get(dbs.meta, key: MetaKey.siteID) ?? [])[...]) else {
+            throw StoreError(.corrupted, "store \(path): the store or site id is missing from meta: the store is damaged; restore it from a backup or a peer")
+        }
+        let generation = try txn.uint64(dbs.meta, key: MetaKey.schemaGeneration) ?? 0
+        let schema = try loadSchema(txn, dbs, path) ?? StoreSchema()
+        let preference = try txn.get(dbs.meta, key: MetaKey.extensionKey(Store.syncPreferenceKey))
+        let copiedFrom = CopyOrigin.list(decoding: try txn.get(dbs.meta, key: MetaKey.copiedFrom) ?? [])
+        return Result(storeID: store, siteID: site, copiedFrom: copiedFrom, catalog: Catalog(schema: schema, generation: generation),
+                      syncPreference: preference != [0])
+    }
+
     private func identity() throws -> (RecordID, RecordID) {
         if let format = try txn.uint64(dbs.meta, key: MetaKey.format) {
             guard format <= Self.format else {

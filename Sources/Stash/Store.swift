@@ -36,6 +36,11 @@ public struct StoreOptions: Sendable {
     /// When false, opening a directory that holds no store throws ``StoreError/Code/notAStore``
     /// instead of creating one (what a command-line tool wants).
     public var createIfMissing = true
+    /// Open without writing anything: the stored schema is used as is (declared types are
+    /// not merged, migrations do not run), a copy keeps the site it was copied with, and
+    /// every write throws ``StoreError/Code/readOnly``. For looking into a backup or another
+    /// app's store without changing it. Never creates a store. Default false.
+    public var readOnly = false
     /// The wall clock for version timestamps (hybrid logical clock). Tests inject one to
     /// simulate skewed devices. Default: the system clock.
     public var clock: @Sendable () -> Date = { Date() }
@@ -98,6 +103,8 @@ public final class Store: Sendable {
     /// Changing it with ``setSyncPreference(_:)`` takes effect at the next open, so a running
     /// app never starts or stops syncing halfway through a session.
     public let syncPreferenceAtOpen: Bool
+    /// Opened with ``StoreOptions/readOnly``: every write throws.
+    public let isReadOnly: Bool
 
     var catalog: Catalog { catalogBox.withLock { $0 } }
 
@@ -139,7 +146,7 @@ public final class Store: Sendable {
             throw StoreError(.notAStore, "\(path) is a file; a store is a directory")
         }
         let hasData = FileManager.default.fileExists(atPath: (path as NSString).appendingPathComponent("data.mdb"))
-        if !options.createIfMissing && !hasData {
+        if (!options.createIfMissing || options.readOnly) && !hasData {
             throw StoreError(.notAStore, "no store in \(path) (no data.mdb); create one with `stash init \(path) --schema FILE`")
         }
         var config = EnvironmentConfiguration(databases: StoreDatabases.specs, durability: options.durability)
@@ -156,15 +163,18 @@ public final class Store: Sendable {
         do { dbs = try StoreDatabases(env) }
         catch { throw StoreError(.storage, "cannot open store \(path): \(error)", underlying: error) }
         let opened = try storageErrors(env.path) {
+            if options.readOnly { return try env.read { txn in try SchemaMerger.inspect(txn, dbs, env.path) } }
             let dataFile = try env.dataFileIdentity()
             return try env.write { txn in
                 try SchemaMerger(path: env.path, txn: txn, dbs: dbs, options: options, dataFile: dataFile).run(declaration)
             }
         }
-        return Store(path: env.path, env: env, dbs: dbs, opened: opened, now: options.clock)
+        return Store(path: env.path, env: env, dbs: dbs, opened: opened, now: options.clock, readOnly: options.readOnly)
     }
 
-    private init(path: String, env: Environment, dbs: StoreDatabases, opened: SchemaMerger.Result, now: @escaping @Sendable () -> Date) {
+    private init(path: String, env: Environment, dbs: StoreDatabases, opened: SchemaMerger.Result, now: @escaping @Sendable () -> Date,
+                 readOnly: Bool) {
+        self.isReadOnly = readOnly
         self.now = now
         self.path = path
         self.env = env
@@ -189,6 +199,9 @@ public final class Store: Sendable {
     /// store's ``Durability``).
     /// - Parameter author: recorded in the history entry (like Core Data's transaction author).
     public func write<R>(author: String? = nil, _ body: (StoreTransaction) throws -> R) throws -> R {
+        if isReadOnly {
+            throw StoreError(.readOnly, "store \(path) was opened read-only (StoreOptions.readOnly); open it again without it to write")
+        }
         var changedCatalog: Catalog?
         var afterCommit: [() -> Void] = []
         let result = try storageErrors(path) {

@@ -168,7 +168,7 @@ struct Get: ParsableCommand {
 
     func run() throws {
         try runCommand {
-            let store = try openExisting(directory)
+            let store = try openExisting(directory, readOnly: true)
             let recordID = try parseID(id)
             guard let record = try store.read({ try $0.get(typeNamed: type, id: recordID) }) else {
                 throw StoreError(.notFound, "store \(store.path): no \(type) with id \(id)")
@@ -209,7 +209,7 @@ struct Count: ParsableCommand {
 
     func run() throws {
         try runCommand {
-            let store = try openExisting(directory)
+            let store = try openExisting(directory, readOnly: true)
             let typeSchema = try requireType(store, type)
             let parsed = try conditions.map { try parseCondition($0, typeSchema) }
             let (count, plan) = try store.read { snapshot in
@@ -247,7 +247,7 @@ struct Dump: ParsableCommand {
 
     func run() throws {
         try runCommand {
-            let store = try openExisting(directory)
+            let store = try openExisting(directory, readOnly: true)
             let types = try type.map { [try requireType(store, $0).name] } ?? store.schema.types.map(\.name)
             try store.read { snapshot in
                 for name in types {
@@ -271,7 +271,7 @@ struct Stat: ParsableCommand {
 
     func run() throws {
         try runCommand {
-            let store = try openExisting(directory)
+            let store = try openExisting(directory, readOnly: true)
             let stats = try store.statistics()
             if json {
                 let encoder = JSONEncoder()
@@ -307,7 +307,7 @@ struct Verify: ParsableCommand {
 
     func run() throws {
         try runCommand {
-            let store = try openExisting(directory)
+            let store = try openExisting(directory, readOnly: true)
             let report = try store.verify()
             printLine(report.description)
             if !report.isClean { Foundation.exit(1) }
@@ -327,7 +327,7 @@ struct History: AsyncParsableCommand {
 
     func run() async throws {
         do {
-            let store = try openExisting(directory)
+            let store = try openExisting(directory, readOnly: true)
             let start = try after.map { HistoryToken(sequence: $0) } ?? store.oldestAvailableToken()
             let filter = types.isEmpty ? nil : Set(types)
             var printed = 0

@@ -67,9 +67,12 @@ func printLine(_ text: String) {
 }
 
 /// Opens an existing store (never creates one).
-func openExisting(_ directory: String) throws -> Store {
+/// `readOnly`: for commands that only look (nothing is written: a backup stays as it is, a
+/// copy keeps its site).
+func openExisting(_ directory: String, readOnly: Bool = false) throws -> Store {
     var options = StoreOptions()
     options.createIfMissing = false
+    options.readOnly = readOnly
     options.progress = progressReporter()
     var isDirectory: ObjCBool = false
     guard FileManager.default.fileExists(atPath: directory, isDirectory: &isDirectory), isDirectory.boolValue else {

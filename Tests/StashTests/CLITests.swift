@@ -41,6 +41,28 @@ import StashTestSupport
     /// no such numbers, and the encoder's failure was swallowed), and dump still exited 0: a
     /// dump kept as a backup silently lost those records. They print as "NaN", "Infinity"
     /// and "-Infinity", which `put` reads back.
+    /// Commands that only look (get, count, dump, stat, verify, history) leave the store as it
+    /// was: before, `stash verify` of a copied store gave the copy a new site.
+    @Test func lookingCommandsLeaveACopiedStoreUnchanged() throws {
+        let dir = TemporaryDirectory()
+        let schemaPath = dir.sub("schema.json")
+        try StashCLI.schema.write(toFile: schemaPath, atomically: true, encoding: .utf8)
+        let original = dir.sub("original")
+        #expect(try StashCLI.run("init", original, "--schema", schemaPath).status == 0)
+        let put = try StashCLI.run("put", original, "Home", #"{"name": "h"}"#)
+        #expect(put.status == 0, "\(put.stderr)")
+        let copy = dir.sub("copy")
+        try FileManager.default.createDirectory(atPath: copy, withIntermediateDirectories: true)
+        try FileManager.default.copyItem(atPath: original + "/data.mdb", toPath: copy + "/data.mdb")
+        let before = try Data(contentsOf: URL(fileURLWithPath: copy + "/data.mdb"))
+        let id = put.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+        for arguments in [["get", copy, "Home", id], ["count", copy, "Home"], ["dump", copy], ["stat", copy], ["verify", copy], ["history", copy]] {
+            let result = try StashCLI.run(arguments)
+            #expect(result.status == 0, "\(arguments): \(result.stderr)")
+        }
+        #expect(try Data(contentsOf: URL(fileURLWithPath: copy + "/data.mdb")) == before, "a looking command changed the store")
+    }
+
     @Test func nonFiniteDoublesSurviveGetDumpAndPut() throws {
         let dir = TemporaryDirectory()
         let schemaPath = dir.sub("schema.json")
