@@ -40,10 +40,6 @@ final class WriteContext: FieldTagResolver {
     /// record's type: clashes are settled at commit, on the final state (see
     /// ``settleMergedUniqueClashes()``).
     @exclusivity(unchecked) private var mergedUniqueKeys: [KeyBytes: String] = [:]
-    /// Live records of types with unique indexes that merged deletes removed here, with their
-    /// stored bytes: one whose unique value another record holds when the merges are settled
-    /// most likely lost a clash on the replica that sent the delete, and is reported too.
-    @exclusivity(unchecked) private var mergeRemoved: [(layout: TypeLayout, id: RecordID, record: EncodedRecord)] = []
     /// This transaction's changes so far: its history entry at commit.
     @exclusivity(unchecked) private(set) var changes: [HistoryChange.Stored] = []
     let now: @Sendable () -> Date
@@ -546,10 +542,6 @@ final class WriteContext: FieldTagResolver {
         let layout = try currentEncodingLayout()
         let versions = RecordVersions(incarnation: state.incarnation, tombstone: state.tombstone, fields: fieldVersions)
         guard state.exists else {
-            if layout.schema.indexes.contains(where: \.unique), !absent,
-               let bytes = try txn.get(dbs.records, key: StoreKeys.record(layout.schema.tag, state.id)) {
-                mergeRemoved.append((layout, state.id, try decodeStored(bytes, layout.schema.name, state.id)))
-            }
             if try remove(layout, id: state.id, versions: versions, origin: origin) { return true }
             // Never seen here: keep the tombstone so the delete wins later and travels on.
             try txn.put(dbs.versions, key: StoreKeys.record(layout.schema.tag, state.id), value: versions.encoded())
@@ -572,16 +564,10 @@ final class WriteContext: FieldTagResolver {
     ///
     /// Records are visited in ascending id order, so a record loses exactly when a smaller
     /// one that stays shares one of its unique values. Each record under the merged keys is
-    /// read once: O(those records).
-    ///
-    /// Returns the records deleted, and the live records that merged deletes removed while a
-    /// record now here holds one of their unique values: the other side of a clash settled on
-    /// the replica the delete came from (so the device whose record went hears of it too).
+    /// read once: O(those records). Returns the records deleted.
     @discardableResult
     func settleMergedUniqueClashes() throws -> [UniqueClash] {
-        // The other side is judged on the state this settlement leaves.
-        guard !mergedUniqueKeys.isEmpty else { return try removedByRemoteSettlement() }
-        var settled: [UniqueClash] = []
+        guard !mergedUniqueKeys.isEmpty else { return [] }
         var candidates: [String: Set<RecordID>] = [:]
         for (key, type) in mergedUniqueKeys {
             var ids: [RecordID] = []
@@ -592,6 +578,7 @@ final class WriteContext: FieldTagResolver {
             if ids.count > 1 { candidates[type, default: []].formUnion(ids) }
         }
         mergedUniqueKeys.removeAll()
+        var settled: [UniqueClash] = []
         for (type, ids) in candidates.sorted(by: { $0.key < $1.key }) {
             let layout = try self.layout(type)
             let unique = layout.schema.indexes.filter(\.unique)
@@ -610,23 +597,7 @@ final class WriteContext: FieldTagResolver {
                 }
             }
         }
-        return settled + (try removedByRemoteSettlement())
-    }
-
-    /// The records merged deletes removed (``mergeRemoved``) whose unique value a live record
-    /// holds now, as clashes they lost elsewhere; clears the list.
-    private func removedByRemoteSettlement() throws -> [UniqueClash] {
-        defer { mergeRemoved.removeAll() }
-        var clashes: [UniqueClash] = []
-        for (layout, id, record) in mergeRemoved {
-            for index in layout.schema.indexes where index.unique {
-                guard try !lacksUniqueValue(index, layout, record),
-                      let holder = try uniqueHolder(index, layout, try indexKey(index, layout, record), record, id) else { continue }
-                clashes.append(UniqueClash(type: layout.schema.name, removed: id, kept: holder, index: index.name))
-                break
-            }
-        }
-        return clashes
+        return settled
     }
 
     /// What two records must share to clash on unique `index`: the index key, and, when the

@@ -65,12 +65,12 @@ public struct SyncReport: Sendable, CustomStringConvertible {
     public var changedHere = 0
     public var parked: [String] = []
     /// Records deleted here because another record of their type holds the same value of a
-    /// unique index (two devices created it independently): tell the user. Reported by the
-    /// fetch that applied the delta, on the store that settled the clash and on the store
-    /// whose record the settling store's delete then removed (a delete that removes a record
-    /// here while another record holds its unique value counts as such). Clashes settled
-    /// while the peer store applies what this one sends, or while a parked delta is retried,
-    /// are not reported here.
+    /// unique index (two devices created it independently): tell the user. Only the store
+    /// whose merge settles a clash reports it, in the fetch that applied the delta: the other
+    /// store receives an ordinary delete (a delta does not say why a record was deleted, and
+    /// a delete followed by a new record with the same value must not read as a clash).
+    /// Clashes settled while the peer store applies what this one sends, or while a parked
+    /// delta is retried, are not reported here.
     public var uniqueClashes: [UniqueClash] = []
     /// Deltas refused (corrupt, unauthenticated, of a newer format, holding versions no
     /// replica accepts...), with why: they stay with the transport, and their source's later
