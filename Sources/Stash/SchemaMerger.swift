@@ -24,6 +24,8 @@ struct SchemaMerger {
         let copiedFrom: [CopyOrigin]
         let catalog: Catalog
         let syncPreference: Bool
+        /// Unique indexes the declaration lists as plain, kept unique ("Type.index").
+        var keptUniqueIndexes: Set<String> = []
     }
 
     static func loadSchema<T: TransactionReading>(_ txn: T, _ dbs: StoreDatabases, _ path: String) throws -> StoreSchema? {
@@ -58,7 +60,8 @@ struct SchemaMerger {
         try context.finish()
         let preference = try txn.get(dbs.meta, key: MetaKey.extensionKey(Store.syncPreferenceKey))
         let copiedFrom = CopyOrigin.list(decoding: try txn.get(dbs.meta, key: MetaKey.copiedFrom) ?? [])
-        return Result(storeID: storeID, siteID: siteID, copiedFrom: copiedFrom, catalog: context.catalog, syncPreference: preference != [0])
+        return Result(storeID: storeID, siteID: siteID, copiedFrom: copiedFrom, catalog: context.catalog, syncPreference: preference != [0],
+                      keptUniqueIndexes: context.keptUniqueIndexes)
     }
 
     /// What a read-only open needs, read without writing anything: no upgrade, no schema
@@ -355,7 +358,10 @@ struct SchemaMerger {
             if let declared, declared.1.unique == index.unique { continue }
             // A unique index declared plain stays unique unless the app asks (an older version
             // opening would otherwise let duplicates in, and the newer one then fail to open).
-            if let declared, index.unique, !declared.1.unique, !options.relaxesUniqueIndexes { continue }
+            if let declared, index.unique, !declared.1.unique, !options.relaxesUniqueIndexes {
+                context.keptUniqueIndexes.insert("\(name).\(index.name)")
+                continue
+            }
             if let declared {
                 try removeEntries(of: index, of: stored)
                 var changed = index

@@ -40,6 +40,13 @@ public struct StoreOptions: Sendable {
     /// not merged, migrations do not run), a copy keeps the site it was copied with, and
     /// every write throws ``StoreError/Code/readOnly``. For looking into a backup or another
     /// app's store without changing it. Never creates a store. Default false.
+    ///
+    /// Typed reads decode through the stored schema: a type, field, default or index declared
+    /// after the store was last opened for writing is unknown to them (such reads throw; the
+    /// generic API reads everything stored). The directory must still be writable (LMDB
+    /// keeps its lock file there, and the open waits for a write under way in another
+    /// process). A store in an older format throws `.readOnly`: open it for writing once.
+    /// Sync refuses a read-only store.
     public var readOnly = false
     /// The wall clock for version timestamps (hybrid logical clock). Tests inject one to
     /// simulate skewed devices. Default: the system clock.
@@ -105,6 +112,8 @@ public final class Store: Sendable {
     public let syncPreferenceAtOpen: Bool
     /// Opened with ``StoreOptions/readOnly``: every write throws.
     public let isReadOnly: Bool
+    /// Unique indexes ("Type.index") this process declared plain and the open kept unique.
+    let keptUniqueIndexes: Set<String>
 
     var catalog: Catalog { catalogBox.withLock { $0 } }
 
@@ -175,6 +184,7 @@ public final class Store: Sendable {
     private init(path: String, env: Environment, dbs: StoreDatabases, opened: SchemaMerger.Result, now: @escaping @Sendable () -> Date,
                  readOnly: Bool) {
         self.isReadOnly = readOnly
+        self.keptUniqueIndexes = opened.keptUniqueIndexes
         self.now = now
         self.path = path
         self.env = env

@@ -62,7 +62,12 @@ final class WriteContext: FieldTagResolver {
     convenience init(store: Store, txn: WriteTransaction, author: String?) throws {
         self.init(path: store.path, txn: txn, dbs: store.dbs, catalog: try store.reloadCatalog(txn),
                   siteID: store.siteID, author: author, now: store.now)
+        keptUniqueIndexes = store.keptUniqueIndexes
     }
+
+    /// Unique indexes ("Type.index") this process declares plain, kept unique at open (see
+    /// ``StoreOptions/relaxesUniqueIndexes``): a violation says so.
+    var keptUniqueIndexes: Set<String> = []
 
     // MARK: Clock
 
@@ -646,7 +651,7 @@ final class WriteContext: FieldTagResolver {
             let values = try index.fields.map { "\($0) = \(try fieldValue($0, layout, record).json.text)" }.joined(separator: ", ")
             let remedy = upgrading
                 ? "the format-1 store this library upgrades let both in (two Unicode spellings of one text); open it with the Stash release before format 2, make the two values differ, then open it here"
-                : "remove the duplicates with a Migration (version \(catalog.schema.version + 1)) or declare the index with .index instead of .unique"
+                : "remove the duplicates with a Migration (version \(catalog.schema.version + 1)), or declare the index with .index instead of .unique (with StoreOptions.relaxesUniqueIndexes when the stored index is unique)"
             throw StoreError(.uniqueViolation, "store \(path): cannot build the unique index \(type)(\(index.name)) at open: \(type) \(other) and \(type) \(id) both have \(values); \(remedy)")
         }
         try txn.put(dbs.index, key: key, value: id.bytes)
@@ -677,7 +682,9 @@ final class WriteContext: FieldTagResolver {
     /// The error of a write that would give `new` the unique values `holder` has.
     private func uniqueViolation(_ index: IndexSchema, _ layout: TypeLayout, _ new: EncodedRecord, holder: RecordID) throws -> StoreError {
         let values = try index.fields.map { "\($0) = \(try fieldValue($0, layout, new).json.text)" }.joined(separator: ", ")
-        return StoreError(.uniqueViolation, "store \(path): \(layout.schema.name) \(holder) already has \(values) (unique index \(index.name)); update that record instead")
+        let kept = keptUniqueIndexes.contains("\(layout.schema.name).\(index.name)")
+            ? " (this app declares the index plain, but the store keeps it unique: set StoreOptions.relaxesUniqueIndexes to relax it)" : ""
+        return StoreError(.uniqueViolation, "store \(path): \(layout.schema.name) \(holder) already has \(values) (unique index \(index.name))\(kept); update that record instead")
     }
 
     func decodeStored(_ bytes: [UInt8], _ type: String, _ id: RecordID) throws -> EncodedRecord {

@@ -143,8 +143,13 @@ public final class SyncEngine: Sendable {
 
     /// Opens sync for `store`: checks (or adopts) the family and retries parked deltas.
     /// - Throws: `.noFamily` when neither the store nor the configuration has a family;
-    ///   `.foreignFamily` when they differ.
+    ///   `.foreignFamily` when they differ; `.readOnlyStore` for a store opened read-only.
     public init(store: Store, configuration: SyncConfiguration = SyncConfiguration()) throws {
+        // Refused before anything: sends and fetches would change the transport first and
+        // fail only when they record what they did.
+        guard !store.isReadOnly else {
+            throw SyncError(.readOnlyStore, "store \(store.path) was opened read-only; open it for writing to sync it")
+        }
         self.store = store
         key = configuration.key
         progress = configuration.progress

@@ -38,6 +38,8 @@ public struct SyncError: Error, CustomStringConvertible, Sendable {
         /// the store was rolled back (a file-system snapshot) or cloned with its file identity.
         /// It takes a new site at its next open (``Stash/Store/requestNewSite()``).
         public static let siteReused = Code("siteReused")
+        /// The store was opened read-only (``Stash/StoreOptions/readOnly``): sync writes to it.
+        public static let readOnlyStore = Code("readOnlyStore")
     }
 
     public let code: Code

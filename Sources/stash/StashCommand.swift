@@ -78,7 +78,13 @@ func openExisting(_ directory: String, readOnly: Bool = false) throws -> Store {
     guard FileManager.default.fileExists(atPath: directory, isDirectory: &isDirectory), isDirectory.boolValue else {
         throw CommandFailure(message: "no store directory at \(directory)")
     }
-    return try Store.open(at: directory, declaration: SchemaDeclaration(types: []), options: options)
+    do {
+        return try Store.open(at: directory, declaration: SchemaDeclaration(types: []), options: options)
+    } catch let error as StoreError where readOnly && error.code == .readOnly {
+        // A store in an older format can only be read once upgraded, which writes.
+        options.readOnly = false
+        return try Store.open(at: directory, declaration: SchemaDeclaration(types: []), options: options)
+    }
 }
 
 /// Progress lines on stderr for long work (index backfill, migrations).

@@ -672,6 +672,20 @@ import StashTestSupport
         #expect(try b.store.fetch(FetchDescriptor<Note>()).map(\.title).sorted() == ["from a", "from c"])
     }
 
+    /// Sync writes to its store: a store opened read-only is refused at once (before, a send
+    /// changed the transport and failed only when it recorded what it had sent).
+    @Test func syncRefusesAReadOnlyStore() throws {
+        let dir = TemporaryDirectory()
+        let a = try Device.open(dir.sub("a"), family: family)
+        try a.store.insert(Note(title: "t", body: ""))
+        var options = StoreOptions()
+        options.readOnly = true
+        let readOnly = try Store.open(at: dir.sub("a"), types: syncTypes, options: options)
+        #expect { _ = try SyncEngine(store: readOnly, configuration: SyncConfiguration(family: family)) } throws: { error in
+            (error as? SyncError)?.code == .readOnlyStore && (error as? SyncError)?.message.contains(readOnly.path) == true
+        }
+    }
+
     @Test func aFailingTransportKeepsEverythingPending() throws {
         let dir = TemporaryDirectory()
         let relayURL = dir.url.appendingPathComponent("relay")
