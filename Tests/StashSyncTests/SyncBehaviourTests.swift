@@ -436,9 +436,7 @@ import StashTestSupport
 
     @Test func relayConvergesThreeStoresAndCleansWhatEveryoneRead() throws {
         let dir = TemporaryDirectory()
-        let relayURL = dir.url.appendingPathComponent("relay")
-        try FileManager.default.createDirectory(at: relayURL, withIntermediateDirectories: true)
-        let relay = RelayTransport(directory: relayURL)
+        let (relayURL, relay) = try makeRelay(dir)
         let devices = try (0..<3).map { try Device.open(dir.sub("d\($0)"), family: family) }
         for (n, device) in devices.enumerated() {
             _ = try device.engine.fetchChanges(via: relay)   // join: become a known reader
@@ -459,9 +457,7 @@ import StashTestSupport
     /// sources whose acknowledged history it lacks for a full snapshot.
     @Test func aStoreJoiningTheRelayAfterCleanUpGetsEverything() throws {
         let dir = TemporaryDirectory()
-        let relayURL = dir.url.appendingPathComponent("relay")
-        try FileManager.default.createDirectory(at: relayURL, withIntermediateDirectories: true)
-        let relay = RelayTransport(directory: relayURL)
+        let (relayURL, relay) = try makeRelay(dir)
         let a = try Device.open(dir.sub("a"), family: family)
         let b = try Device.open(dir.sub("b"), family: family)
         _ = try b.engine.fetchChanges(via: relay)   // b reads the relay
@@ -479,9 +475,7 @@ import StashTestSupport
     /// relay until the source wrote again (the file was never offered to the reader again).
     @Test func aLostRelayAcknowledgementIsWrittenAgain() throws {
         let dir = TemporaryDirectory()
-        let relayURL = dir.url.appendingPathComponent("relay")
-        try FileManager.default.createDirectory(at: relayURL, withIntermediateDirectories: true)
-        let relay = RelayTransport(directory: relayURL)
+        let (relayURL, relay) = try makeRelay(dir)
         let a = try Device.open(dir.sub("a"), family: family)
         let b = try Device.open(dir.sub("b"), family: family)
         _ = try b.engine.fetchChanges(via: relay)
@@ -1042,9 +1036,7 @@ import StashTestSupport
     @Test(arguments: [false, true])
     func aRolledBackStoreFoundByTheRelayTakesANewSite(onlyAnAcknowledgementLeft: Bool) throws {
         let dir = TemporaryDirectory()
-        let relayURL = dir.url.appendingPathComponent("relay")
-        try FileManager.default.createDirectory(at: relayURL, withIntermediateDirectories: true)
-        let relay = RelayTransport(directory: relayURL)
+        let (relayURL, relay) = try makeRelay(dir)
         let reader = try Device.open(dir.sub("reader"), family: family)
         let note = Note(title: "written after the rollback", body: "")
         let formerSite: RecordID
@@ -1086,9 +1078,7 @@ import StashTestSupport
     /// one were never read.
     @Test func aRefusedDeltaHoldsBackItsSourceOnly() throws {
         let dir = TemporaryDirectory()
-        let relayURL = dir.url.appendingPathComponent("relay")
-        try FileManager.default.createDirectory(at: relayURL, withIntermediateDirectories: true)
-        let relay = RelayTransport(directory: relayURL)
+        let (relayURL, relay) = try makeRelay(dir)
         let devices = try ["a", "b", "c"].map { try Device.open(dir.sub($0), family: family) }
         let notes = [Note(title: "from a", body: ""), Note(title: "from b", body: "")]
         for (device, note) in zip(devices, notes) {
@@ -1121,9 +1111,7 @@ import StashTestSupport
     /// and before, its source sent one at every sync, each refused in turn.
     @Test func anIntactDeltaThisLibraryCannotReadAsksForNoSnapshot() throws {
         let dir = TemporaryDirectory()
-        let relayURL = dir.url.appendingPathComponent("relay")
-        try FileManager.default.createDirectory(at: relayURL, withIntermediateDirectories: true)
-        let relay = RelayTransport(directory: relayURL)
+        let (relayURL, relay) = try makeRelay(dir)
         let a = try Device.open(dir.sub("a"), family: family)
         let b = try Device.open(dir.sub("b"), family: family)
         try a.store.insert(Note(title: "from a", body: ""))
@@ -1170,9 +1158,7 @@ import StashTestSupport
     @Test(arguments: [false, true])
     func historyOnlyForThisStoreCanBePurgedAfterASync(viaRelay: Bool) throws {
         let dir = TemporaryDirectory()
-        let relayURL = dir.url.appendingPathComponent("relay")
-        try FileManager.default.createDirectory(at: relayURL, withIntermediateDirectories: true)
-        let relay = RelayTransport(directory: relayURL)
+        let (_, relay) = try makeRelay(dir)
         let a = try Device.open(dir.sub("a"), family: family)
         let b = try Device.open(dir.sub("b"), family: family)
         func sync(_ from: Device, _ to: Device) throws {
