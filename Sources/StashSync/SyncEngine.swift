@@ -507,7 +507,8 @@ public final class SyncEngine: Sendable {
 
     // MARK: Parked deltas
 
-    var parkedDirectory: URL { URL(fileURLWithPath: store.path).appendingPathComponent("sync-parked") }
+    var parkedDirectory: URL { Self.parkedDirectory(of: store) }
+    static func parkedDirectory(of store: Store) -> URL { URL(fileURLWithPath: store.path).appendingPathComponent("sync-parked") }
 
     /// The parked deltas of `source`, with their ranges (from their names, see ``park(_:_:)``).
     private func parkedRanges(of source: RecordID) -> [(url: URL, from: UInt64, to: UInt64)] {
@@ -569,8 +570,11 @@ public final class SyncEngine: Sendable {
     }
 
     /// Deltas waiting for a newer schema.
-    public func parkedDeltas() -> [String] {
-        ((try? FileManager.default.contentsOfDirectory(atPath: parkedDirectory.path)) ?? []).filter { $0.hasSuffix(".delta") }.sorted()
+    public func parkedDeltas() -> [String] { Self.parkedDeltas(of: store) }
+
+    /// ``parkedDeltas()`` of `store`, without opening sync on it (which writes).
+    public static func parkedDeltas(of store: Store) -> [String] {
+        ((try? FileManager.default.contentsOfDirectory(atPath: parkedDirectory(of: store).path)) ?? []).filter { $0.hasSuffix(".delta") }.sorted()
     }
 
     // MARK: Exchange
@@ -714,6 +718,12 @@ public final class SyncEngine: Sendable {
 
     /// Pending changes for `peer` (nil: the relay), last success and last error.
     public func status(peer: RecordID? = nil) throws -> SyncStatus {
+        try Self.status(of: store, peer: peer, enabled: isEnabled)
+    }
+
+    /// ``status(peer:)`` read from `store` without opening sync on it (which writes): for a
+    /// store opened read-only. `enabled` is reported as given.
+    public static func status(of store: Store, peer: RecordID? = nil, enabled: Bool) throws -> SyncStatus {
         try store.read { snapshot in
             let synced = Set(snapshot.schema.types.filter { !$0.localOnly }.map(\.name))
             let watermark = try PeerWatermark.load(peer?.description ?? PeerWatermark.relaySite, in: snapshot)
@@ -728,13 +738,16 @@ public final class SyncEngine: Sendable {
             }
             let success = try snapshot.metadata(for: Self.lastSuccessKey).flatMap { Double(String(decoding: $0, as: UTF8.self)) }
             let error = try snapshot.metadata(for: Self.lastErrorKey).map { String(decoding: $0, as: UTF8.self) }
-            return SyncStatus(enabled: isEnabled, pendingOutgoing: pending,
+            return SyncStatus(enabled: enabled, pendingOutgoing: pending,
                               lastSuccess: success.map { Date(timeIntervalSince1970: $0) }, lastError: error)
         }
     }
 
     /// Every peer this store has exchanged with.
-    public func peers() throws -> [PeerWatermark] { try store.read { try PeerWatermark.all(in: $0) } }
+    public func peers() throws -> [PeerWatermark] { try Self.peers(of: store) }
+
+    /// ``peers()`` read from `store` without opening sync on it (which writes).
+    public static func peers(of store: Store) throws -> [PeerWatermark] { try store.read { try PeerWatermark.all(in: $0) } }
 
     private func report(_ phase: String, _ done: Int, _ total: Int) {
         progress?(SyncProgress(phase: phase, done: done, total: total))

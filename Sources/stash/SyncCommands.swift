@@ -144,15 +144,15 @@ struct Peers: ParsableCommand {
 
     func run() throws {
         try runCommand {
-            let store = try openExisting(directory)
+            // Read-only: looking at a copy must not give it a site of its own.
+            let store = try openExisting(directory, readOnly: true)
             printLine("site \(store.siteID)  family \(try SyncEngine.family(of: store).map(\.description) ?? "none")  sync preference \(store.syncPreferenceAtOpen ? "on" : "off")")
             guard try SyncEngine.family(of: store) != nil else { return }
-            let engine = try SyncEngine(store: store)
-            for peer in try engine.peers().sorted(by: { $0.site < $1.site }) {
-                let pending = try engine.status(peer: RecordID(string: peer.site)).pendingOutgoing
+            for peer in try SyncEngine.peers(of: store).sorted(by: { $0.site < $1.site }) {
+                let pending = try SyncEngine.status(of: store, peer: RecordID(string: peer.site), enabled: store.syncPreferenceAtOpen).pendingOutgoing
                 printLine("peer \(peer.site): sent through \(peer.sentThrough), received through \(peer.receivedThrough), \(pending) changes pending")
             }
-            let parked = engine.parkedDeltas()
+            let parked = SyncEngine.parkedDeltas(of: store)
             if !parked.isEmpty { printLine("parked deltas: \(parked.joined(separator: ", "))") }
         }
     }

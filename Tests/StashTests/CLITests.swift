@@ -41,8 +41,8 @@ import StashTestSupport
     /// no such numbers, and the encoder's failure was swallowed), and dump still exited 0: a
     /// dump kept as a backup silently lost those records. They print as "NaN", "Infinity"
     /// and "-Infinity", which `put` reads back.
-    /// Commands that only look (get, count, dump, stat, verify, history) leave the store as it
-    /// was: before, `stash verify` of a copied store gave the copy a new site.
+    /// Commands that only look (get, count, dump, stat, verify, history, peers) leave the store
+    /// as it was: before, `stash verify` of a copied store gave the copy a new site.
     @Test func lookingCommandsLeaveACopiedStoreUnchanged() throws {
         let dir = TemporaryDirectory()
         let schemaPath = dir.sub("schema.json")
@@ -56,7 +56,7 @@ import StashTestSupport
         try FileManager.default.copyItem(atPath: original + "/data.mdb", toPath: copy + "/data.mdb")
         let before = try Data(contentsOf: URL(fileURLWithPath: copy + "/data.mdb"))
         let id = put.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
-        for arguments in [["get", copy, "Home", id], ["count", copy, "Home"], ["dump", copy], ["stat", copy], ["verify", copy], ["history", copy]] {
+        for arguments in [["get", copy, "Home", id], ["count", copy, "Home"], ["dump", copy], ["stat", copy], ["verify", copy], ["history", copy], ["peers", copy]] {
             let result = try StashCLI.run(arguments)
             #expect(result.status == 0, "\(arguments): \(result.stderr)")
         }
