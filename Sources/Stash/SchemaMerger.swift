@@ -58,10 +58,31 @@ struct SchemaMerger {
         try migrate(context, declaring: Set(declaration.types.map(\.name)))
         for type in declaration.types { try merge(type, into: context) }
         try context.finish()
-        let preference = try txn.get(dbs.meta, key: MetaKey.extensionKey(Store.syncPreferenceKey))
-        let copiedFrom = CopyOrigin.list(decoding: try txn.get(dbs.meta, key: MetaKey.copiedFrom) ?? [])
-        return Result(storeID: storeID, siteID: siteID, copiedFrom: copiedFrom, catalog: context.catalog, syncPreference: preference != [0],
+        let (copiedFrom, preference) = try Self.storedOrigins(txn, dbs)
+        return Result(storeID: storeID, siteID: siteID, copiedFrom: copiedFrom, catalog: context.catalog, syncPreference: preference,
                       keptUniqueIndexes: context.keptUniqueIndexes)
+    }
+
+    /// Throws `.notAStore` for a store format newer than this library's.
+    private static func refuseNewer(_ format: UInt64, _ path: String) throws {
+        guard format <= Self.format else {
+            throw StoreError(.notAStore, "store \(path) has format \(format), newer than this library (\(Self.format)); upgrade Stash")
+        }
+    }
+
+    /// The store and site ids kept in meta. - Throws: `.corrupted` when either is missing.
+    private static func storedIDs<T: TransactionReading>(_ txn: T, _ dbs: StoreDatabases, _ path: String) throws -> (RecordID, RecordID) {
+        guard let store = RecordID(bytes: (try txn.get(dbs.meta, key: MetaKey.storeID) ?? [])[...]),
+              let site = RecordID(bytes: (try txn.get(dbs.meta, key: MetaKey.siteID) ?? [])[...]) else {
+            throw StoreError(.corrupted, "store \(path): the store or site id is missing from meta: the store is damaged; restore it from a backup or a peer")
+        }
+        return (store, site)
+    }
+
+    /// The replicas the store was copied from, and the user's sync preference (default on).
+    private static func storedOrigins<T: TransactionReading>(_ txn: T, _ dbs: StoreDatabases) throws -> ([CopyOrigin], Bool) {
+        let preference = try txn.get(dbs.meta, key: MetaKey.extensionKey(Store.syncPreferenceKey))
+        return (CopyOrigin.list(decoding: try txn.get(dbs.meta, key: MetaKey.copiedFrom) ?? []), preference != [0])
     }
 
     /// What a read-only open needs, read without writing anything: no upgrade, no schema
@@ -72,29 +93,21 @@ struct SchemaMerger {
         guard let format = try txn.uint64(dbs.meta, key: MetaKey.format) else {
             throw StoreError(.notAStore, "\(path) holds no Stash format marker; it is not a Stash store")
         }
-        guard format <= Self.format else {
-            throw StoreError(.notAStore, "store \(path) has format \(format), newer than this library (\(Self.format)); upgrade Stash")
-        }
+        try refuseNewer(format, path)
         guard format == Self.format else {
             throw StoreError(.readOnly, "store \(path) has format \(format) and must be upgraded to \(Self.format) before it can be read; open it once for writing")
         }
-        guard let store = RecordID(bytes: (try txn.get(dbs.meta, key: MetaKey.storeID) ?? [])[...]),
-              let site = RecordID(bytes: (try txn.get(dbs.meta, key: MetaKey.siteID) ?? [])[...]) else {
-            throw StoreError(.corrupted, "store \(path): the store or site id is missing from meta: the store is damaged; restore it from a backup or a peer")
-        }
+        let (store, site) = try storedIDs(txn, dbs, path)
         let generation = try txn.uint64(dbs.meta, key: MetaKey.schemaGeneration) ?? 0
         let schema = try loadSchema(txn, dbs, path) ?? StoreSchema()
-        let preference = try txn.get(dbs.meta, key: MetaKey.extensionKey(Store.syncPreferenceKey))
-        let copiedFrom = CopyOrigin.list(decoding: try txn.get(dbs.meta, key: MetaKey.copiedFrom) ?? [])
+        let (copiedFrom, preference) = try storedOrigins(txn, dbs)
         return Result(storeID: store, siteID: site, copiedFrom: copiedFrom, catalog: Catalog(schema: schema, generation: generation),
-                      syncPreference: preference != [0])
+                      syncPreference: preference)
     }
 
     private func identity() throws -> (RecordID, RecordID) {
         if let format = try txn.uint64(dbs.meta, key: MetaKey.format) {
-            guard format <= Self.format else {
-                throw StoreError(.notAStore, "store \(path) has format \(format), newer than this library (\(Self.format)); upgrade Stash")
-            }
+            try Self.refuseNewer(format, path)
         } else {
             guard try txn.statistics(dbs.records).entries == 0 else {
                 throw StoreError(.notAStore, "\(path) holds LMDB data but no Stash format marker; it is not a Stash store")
@@ -106,10 +119,7 @@ struct SchemaMerger {
             try txn.put(dbs.meta, key: MetaKey.nextSequence, uint64: 1)
             try txn.put(dbs.meta, key: MetaKey.created, uint64: UInt64(Date().timeIntervalSince1970 * 1000))
         }
-        guard let store = RecordID(bytes: (try txn.get(dbs.meta, key: MetaKey.storeID) ?? [])[...]),
-              var site = RecordID(bytes: (try txn.get(dbs.meta, key: MetaKey.siteID) ?? [])[...]) else {
-            throw StoreError(.corrupted, "store \(path): the store or site id is missing from meta: the store is damaged; restore it from a backup or a peer")
-        }
+        var (store, site) = try Self.storedIDs(txn, dbs, path)
         let stored = try txn.get(dbs.meta, key: MetaKey.dataFile).map(Self.fileIdentity(decoding:))
         let requested = try txn.get(dbs.meta, key: MetaKey.newSiteRequested) != nil
         if requested { try txn.delete(dbs.meta, key: MetaKey.newSiteRequested) }
