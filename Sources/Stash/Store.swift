@@ -43,10 +43,14 @@ public struct StoreOptions: Sendable {
     ///
     /// Typed reads decode through the stored schema: a type, field, default or index declared
     /// after the store was last opened for writing is unknown to them (such reads throw; the
-    /// generic API reads everything stored). The directory must still be writable (LMDB
-    /// keeps its lock file there, and the open waits for a write under way in another
-    /// process). A store in an older format throws `.readOnly`: open it for writing once.
-    /// Sync refuses a read-only store.
+    /// generic API reads everything stored). LMDB opens the data file read-only and does not
+    /// wait for a write under way in another process; it still registers its readers in
+    /// `lock.mdb`, which must be writable, unless the store is on a read-only file system.
+    /// A store in an older format, or lacking a database this version keeps, throws
+    /// `.readOnly`: open it for writing once. While a read-only `Store` of a directory is
+    /// alive, opening that directory for writing in the same process throws `.readOnly`
+    /// (LMDB allows one environment per directory per process); open the writable one first
+    /// and read-only opens share it. Sync refuses a read-only store.
     public var readOnly = false
     /// The wall clock for version timestamps (hybrid logical clock). Tests inject one to
     /// simulate skewed devices. Default: the system clock.
@@ -162,10 +166,19 @@ public final class Store: Sendable {
         config.initialMapSize = options.initialMapSize
         config.maxReaders = options.maxReaders
         config.refusesForeignData = true
+        config.readOnly = options.readOnly
         let env: Environment
         do { env = try Environment.open(path: path, configuration: config) }
         catch where error.code == .foreignData {
             throw StoreError(.notAStore, "\(path) holds another program's LMDB data, not a Stash store: \(error)", underlying: error)
+        }
+        catch where error.code == .readOnly {
+            throw StoreError(.readOnly, "store \(path) is open read-only in this process (StoreOptions.readOnly); release those Store values before opening it for writing: \(error)",
+                             underlying: error)
+        }
+        catch where options.readOnly && error.code == .notFound {
+            throw StoreError(.readOnly, "store \(path) lacks a database this version of Stash keeps and cannot be read read-only; open it once for writing: \(error)",
+                             underlying: error)
         }
         catch { throw StoreError(.storage, "cannot open store \(path): \(error)", underlying: error) }
         let dbs: StoreDatabases

@@ -44,8 +44,9 @@ public struct StoreError: Error, CustomStringConvertible, Sendable {
         public static let historyAhead = Code("historyAhead")
         /// LMDB failed; ``StoreError/underlying`` holds the ``LMDBError``.
         public static let storage = Code("storage")
-        /// A write to a store opened with ``StoreOptions/readOnly``, or a read-only open of a
-        /// store that must be upgraded first.
+        /// A write to a store opened with ``StoreOptions/readOnly``, a read-only open of a
+        /// store that must be upgraded first, or an open for writing of a store this process
+        /// has open read-only.
         public static let readOnly = Code("readOnly")
     }
 

@@ -76,6 +76,15 @@ public struct EnvironmentConfiguration: Sendable {
     /// ``databases`` (another program's LMDB data), with ``LMDBError/Code/foreignData``, before
     /// anything is created in it. Default false.
     public var refusesForeignData = false
+    /// Open with `MDB_RDONLY`: nothing is ever written to `data.mdb`, the directory is not
+    /// created, the open does not wait for another process's write, and a read-only file
+    /// system is fine (LMDB then keeps no reader table: no process may write meanwhile).
+    /// Every database of ``databases`` must already exist (a missing one throws
+    /// ``LMDBError/Code/notFound`` naming it), and ``Environment/write(_:)`` throws
+    /// ``LMDBError/Code/readOnly``. A process that has the directory open for writing already
+    /// shares that environment with read-only openers; the reverse is refused (see
+    /// ``Environment/open(path:configuration:)``). Default false.
+    public var readOnly = false
 
     public init(databases: [DatabaseSpec] = [], durability: Durability = .full) {
         self.databases = databases

@@ -54,23 +54,40 @@ public final class Environment: @unchecked Sendable {
     ///
     /// Creates the directory when missing, clears stale reader slots left by dead processes
     /// (`mdb_reader_check`), and opens every database of `configuration.databases` in one
-    /// write transaction.
+    /// write transaction. With ``EnvironmentConfiguration/readOnly`` nothing is created or
+    /// written: the databases are opened in a read transaction.
+    ///
+    /// A directory this process has open already gives back that environment: a read-only
+    /// opener may share one opened for writing, but a directory open read-only cannot be
+    /// opened for writing until every handle of the read-only one is gone (one process may
+    /// hold one LMDB environment per directory: see the rules above).
     /// - Throws: ``LMDBError`` naming the path, e.g. `EACCES` for an unwritable directory,
-    ///   ``LMDBError/Code/invalid`` for a file that is not an LMDB store.
+    ///   ``LMDBError/Code/invalid`` for a file that is not an LMDB store,
+    ///   ``LMDBError/Code/readOnly`` for a writable open of a directory open read-only here.
     public static func open(path: String, configuration: EnvironmentConfiguration = .init()) throws(LMDBError) -> Environment {
-        do {
-            try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
-        } catch {
-            throw LMDBError(code: .init(rawValue: EACCES), operation: "create directory", path: path,
-                            detail: "check that the parent directory exists and is writable")
+        if !configuration.readOnly {
+            do {
+                try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
+            } catch {
+                throw LMDBError(code: .init(rawValue: EACCES), operation: "create directory", path: path,
+                                detail: "check that the parent directory exists and is writable")
+            }
         }
         let canonical = URL(fileURLWithPath: path).resolvingSymlinksInPath().standardizedFileURL.path
         let environment = try EnvironmentRegistry.shared.open(canonical) { () throws(LMDBError) in
             try Environment(canonicalPath: canonical, configuration: configuration)
         }
+        if configuration.readOnly { return environment }
+        if environment.isReadOnly {
+            throw LMDBError(code: .readOnly, operation: "open", path: canonical,
+                            detail: "this process has it open read-only; release every read-only handle (Store) of it first, or open those for writing too")
+        }
         try environment.raiseDurability(to: configuration.durability)
         return environment
     }
+
+    /// Opened with ``EnvironmentConfiguration/readOnly`` (`MDB_RDONLY`): writes throw.
+    public var isReadOnly: Bool { configuration.readOnly }
 
     /// The durability commits have now: the strongest any opener of this directory in this
     /// process asked for (see ``raiseDurability(to:)``).
@@ -104,22 +121,26 @@ public final class Environment: @unchecked Sendable {
             try check(mdb_env_set_maxreaders(raw, UInt32(configuration.maxReaders)), "mdb_env_set_maxreaders", canonicalPath)
             // No map size before open: LMDB then adopts the size recorded in an existing file
             // (a size set here would win over it, shrinking a grown map to the data's size).
-            let flags = UInt32(MDB_NOTLS) | configuration.durability.flags
+            let flags = UInt32(MDB_NOTLS) | (configuration.readOnly ? UInt32(MDB_RDONLY) : configuration.durability.flags)
             let rc = mdb_env_open(raw, canonicalPath, flags, 0o644)
-            if rc == EACCES || rc == EROFS {
+            if rc == EACCES || rc == EROFS || (rc == EPERM && configuration.readOnly) {
                 throw LMDBError(code: .init(rawValue: rc), operation: "mdb_env_open", path: canonicalPath,
-                                detail: "LMDB writes data.mdb and lock.mdb even to read: the directory and both files must be writable by this user (copy the store elsewhere to read a read-only one)")
+                                detail: configuration.readOnly
+                                    ? "to read, LMDB needs data.mdb readable and lock.mdb writable by this user (it registers readers there), unless the store is on a read-only file system"
+                                    : "LMDB writes data.mdb and lock.mdb even to read: the directory and both files must be writable by this user (open it read-only, or copy the store elsewhere)")
             }
             try check(rc, "mdb_env_open", canonicalPath)
             // A store written earlier with a bigger map keeps it: adopt the larger of the two.
+            // (A read-only map is the file's own size: it can never need more.)
             var info = MDB_envinfo()
             mdb_env_info(raw, &info)
-            if info.me_mapsize < configuration.initialMapSize {
+            if !configuration.readOnly && info.me_mapsize < configuration.initialMapSize {
                 try check(mdb_env_set_mapsize(raw, configuration.initialMapSize), "mdb_env_set_mapsize", canonicalPath)
             }
             var dead: Int32 = 0
             try check(mdb_reader_check(raw, &dead), "mdb_reader_check", canonicalPath)
-            databasesByName = try Self.openDatabases(raw, configuration.databases, refusingForeignData: configuration.refusesForeignData, canonicalPath)
+            databasesByName = try Self.openDatabases(raw, configuration.databases, refusingForeignData: configuration.refusesForeignData,
+                                                     readOnly: configuration.readOnly, canonicalPath)
         } catch {
             mdb_env_close(raw)
             throw error
@@ -128,11 +149,14 @@ public final class Environment: @unchecked Sendable {
         pool = ReaderPool(capacity: max(1, min(32, configuration.maxReaders / 2)))
     }
 
-    private static func openDatabases(_ env: OpaquePointer, _ specs: [DatabaseSpec], refusingForeignData: Bool,
+    /// Opens `specs` in one transaction: a write transaction creating those missing, or a
+    /// read transaction (`readOnly`) in which a missing one throws ``LMDBError/Code/notFound``.
+    /// Committing the read transaction keeps its handles for the environment's life.
+    private static func openDatabases(_ env: OpaquePointer, _ specs: [DatabaseSpec], refusingForeignData: Bool, readOnly: Bool,
                                       _ path: String) throws(LMDBError) -> [String: Database] {
         guard !specs.isEmpty else { return [:] }
         var txn: OpaquePointer?
-        try check(mdb_txn_begin(env, nil, 0, &txn), "mdb_txn_begin", path)
+        try check(mdb_txn_begin(env, nil, readOnly ? UInt32(MDB_RDONLY) : 0, &txn), "mdb_txn_begin", path)
         if refusingForeignData {
             let foreign: String?
             do { foreign = try firstForeignKey(txn, allowed: Set(specs.map(\.name)), path) } catch {
@@ -148,10 +172,13 @@ public final class Environment: @unchecked Sendable {
         var result: [String: Database] = [:]
         for spec in specs {
             var dbi: MDB_dbi = 0
-            let rc = mdb_dbi_open(txn, spec.name, UInt32(MDB_CREATE) | spec.flags.rawValue, &dbi)
+            let rc = mdb_dbi_open(txn, spec.name, (readOnly ? 0 : UInt32(MDB_CREATE)) | spec.flags.rawValue, &dbi)
             if rc != 0 {
                 mdb_txn_abort(txn)
-                throw LMDBError(code: .init(rawValue: rc), operation: "mdb_dbi_open \(spec.name)", path: path)
+                throw LMDBError(code: .init(rawValue: rc), operation: "mdb_dbi_open \(spec.name)", path: path,
+                                detail: readOnly && rc == MDB_NOTFOUND
+                                    ? "the database \"\(spec.name)\" does not exist yet and a read-only open cannot create it; open the environment once for writing"
+                                    : nil)
             }
             result[spec.name] = Database(name: spec.name, flags: spec.flags, dbi: dbi)
         }
@@ -266,6 +293,10 @@ public final class Environment: @unchecked Sendable {
     /// must only change the store. A write started inside a write closure throws
     /// ``LMDBError/Code/nestedWrite`` instead of deadlocking.
     public func write<R>(_ body: (WriteTransaction) throws -> R) throws -> R {
+        if isReadOnly {
+            throw LMDBError(code: .readOnly, operation: "write", path: path,
+                            detail: "the environment was opened read-only (EnvironmentConfiguration.readOnly); open it without it to write")
+        }
         try writer.refuseNested(path: path)
         return try withoutActuallyEscaping(body) { body in
             var result: R?
@@ -547,7 +578,9 @@ public final class Environment: @unchecked Sendable {
     }
 
     /// Forces a flush to disk; useful after writes with ``Durability/relaxed`` or ``Durability/none``.
+    /// A read-only environment has nothing of its own to flush: free.
     public func sync() throws(LMDBError) {
+        if isReadOnly { return }
         try check(mdb_env_sync(env, 1), "mdb_env_sync", path)
     }
 }

@@ -52,6 +52,9 @@ public struct LMDBError: Error, CustomStringConvertible, Sendable {
         /// The environment holds data other than the configured databases
         /// (``EnvironmentConfiguration/refusesForeignData``).
         public static let foreignData = Code(rawValue: -40005)
+        /// A write to an environment opened read-only (``EnvironmentConfiguration/readOnly``),
+        /// or an open for writing of a directory this process has open read-only.
+        public static let readOnly = Code(rawValue: -40006)
 
         public var description: String {
             switch self {
@@ -60,6 +63,7 @@ public struct LMDBError: Error, CustomStringConvertible, Sendable {
             case .unknownDatabase: return "database not declared at open"
             case .mapLimit: return "map size limit reached"
             case .foreignData: return "the environment holds other data than its declared databases"
+            case .readOnly: return "the environment is open read-only"
             default: return String(cString: mdb_strerror(rawValue))
             }
         }

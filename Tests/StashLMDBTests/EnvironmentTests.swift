@@ -391,6 +391,46 @@ import StashTestSupport
         #expect(try first.read { try $0.get(main, key: b("shared")) } == b("1"))
     }
 
+    /// A read-only environment (`MDB_RDONLY`) writes nothing: writes throw `.readOnly`, a
+    /// missing database is named instead of created, a missing directory is not created. It
+    /// shares an environment this process has open for writing; a writable open while a
+    /// read-only one is alive is refused (one LMDB environment per directory per process),
+    /// and works once it is gone.
+    @Test func aReadOnlyEnvironmentWritesNothing() throws {
+        let dir = TemporaryDirectory()
+        let path = dir.sub("store")
+        do {
+            let env = try openEnvironment(path, [DatabaseSpec("main")])
+            try env.write { txn in try txn.put(try env.database("main"), key: b("k"), value: b("v")) }
+        }
+        var config = EnvironmentConfiguration(databases: [DatabaseSpec("main")])
+        config.readOnly = true
+        let bytes = { try Data(contentsOf: URL(fileURLWithPath: path + "/data.mdb")) }
+        let before = try bytes()
+        do {
+            let env = try Environment.open(path: path, configuration: config)
+            #expect(env.isReadOnly)
+            let main = try env.database("main")
+            #expect(try env.read { try $0.get(main, key: b("k")) } == b("v"))
+            let write = thrownError { try env.write { txn in try txn.put(main, key: b("k"), value: b("w")) } } as? LMDBError
+            #expect(write?.code == .readOnly && write?.path == env.path, "\(String(describing: write))")
+            try env.sync()
+            let writable = thrownError { _ = try openEnvironment(path, [DatabaseSpec("main")]) } as? LMDBError
+            #expect(writable?.code == .readOnly && writable?.detail?.contains("read-only") == true, "\(String(describing: writable))")
+        }
+        var more = config
+        more.databases.append(DatabaseSpec("added"))
+        let missing = thrownError { _ = try Environment.open(path: path, configuration: more) } as? LMDBError
+        #expect(missing?.code == .notFound && missing?.operation.contains("added") == true, "\(String(describing: missing))")
+        #expect(try bytes() == before, "a read-only open changed data.mdb")
+        #expect(thrownError { _ = try Environment.open(path: dir.sub("absent"), configuration: config) } is LMDBError)
+        #expect(!FileManager.default.fileExists(atPath: dir.sub("absent")))
+        // Once the read-only one is gone, a writable open works, and read-only opens share it.
+        let writable = try openEnvironment(path, [DatabaseSpec("main")])
+        #expect(!writable.isReadOnly)
+        #expect(try Environment.open(path: path, configuration: config) === writable)
+    }
+
     @Test func openingConcurrentlyFromManyThreadsYieldsOneEnvironment() throws {
         let dir = TemporaryDirectory()
         let path = dir.sub("store")

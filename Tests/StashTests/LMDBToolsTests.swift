@@ -12,12 +12,8 @@ import StashTestSupport
     }
 
     static func tool(_ name: String, _ arguments: [String]) throws -> ToolResult {
-        let candidates = ["/usr/bin/\(name)", "/usr/local/bin/\(name)", "/opt/homebrew/bin/\(name)"]
-        guard let path = candidates.first(where: { FileManager.default.isExecutableFile(atPath: $0) }) else {
-            throw ToolMissing(name: name)
-        }
         let process = Process()
-        process.executableURL = URL(fileURLWithPath: path)
+        process.executableURL = try LMDBTool.executable(name)
         process.arguments = arguments
         let out = Pipe(), err = Pipe()
         process.standardOutput = out
@@ -29,11 +25,6 @@ import StashTestSupport
         process.waitUntilExit()
         return ToolResult(status: process.terminationStatus, output: String(decoding: outData, as: UTF8.self),
                           errors: String(decoding: errData, as: UTF8.self))
-    }
-
-    struct ToolMissing: Error, CustomStringConvertible {
-        let name: String
-        var description: String { "\(name) is not installed; run `make deps-test` (apt: lmdb-utils)" }
     }
 
     /// `Entries: N` of each "Status of NAME" block in `mdb_stat -a` output.

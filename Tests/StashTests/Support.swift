@@ -42,16 +42,6 @@ struct Reading: Record, Equatable {
 /// Thrown by a test to abort a write transaction on purpose.
 struct Rollback: Error {}
 
-/// The error `body` throws, or nil.
-func thrownError(_ body: () throws -> Void) -> (any Error)? {
-    do {
-        try body()
-        return nil
-    } catch {
-        return error
-    }
-}
-
 extension Item {
     /// A random item for property tests (small value domains, so equalities hit).
     static func random(homes: [RecordID], using rng: inout SeededGenerator) -> Item {
