@@ -65,11 +65,13 @@ final class Catalog: Sendable {
 
     /// `count(key)` of the index key whose duplicate count is the number of `R` records
     /// whose field at `keyPath` equals `value`, or nil when no single-field index answers it
-    /// exactly (none on that field, or a string longer than the indexed prefix). O(1), no
-    /// allocation; the key (511 bytes of storage) is lent to `count`, never copied.
+    /// exactly (none on that field, or a string longer than the indexed prefix); 0 for NaN,
+    /// which equals nothing. O(1), no allocation; the key (511 bytes of storage) is lent to
+    /// `count`, never copied.
     func exactIndexCount<R: Record, V: IndexableValue>(_ keyPath: AnyKeyPath, _ type: R.Type, equals value: V,
                                                       _ count: (KeyBytes) throws -> Int) rethrows -> Int? {
         guard V.indexComponentMatchesStoredForm, let index = singleFieldIndex(keyPath, type: { R.recordType }) else { return nil }
+        if isNaNIndexValue(value) { return 0 }   // NaN equals nothing, not the stored NaNs
         var key = StoreKeys.indexPrefix(index.typeTag, index.indexTag)
         value.appendIndexComponent(to: &key)
         return key.isLossy ? nil : try count(key)

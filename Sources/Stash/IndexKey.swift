@@ -20,6 +20,19 @@ extension IndexableValue {
     public static var indexComponentMatchesStoredForm: Bool { false }
 }
 
+/// True when `value` is a NaN (of a `Double`, `Float` or an optional of them). NaN equals
+/// nothing, yet its index key equals the key of every stored NaN: counts by key must not
+/// use it. Metatype comparisons only, so other types pay next to nothing.
+@inline(__always)
+func isNaNIndexValue<V: IndexableValue>(_ value: V) -> Bool {
+    if V.self == Double.self { return (value as! Double).isNaN }
+    if V.self == Float.self { return (value as! Float).isNaN }
+    if V.self == Double?.self { return (value as! Double?)?.isNaN ?? false }
+    if V.self == Float?.self { return (value as! Float?)?.isNaN ?? false }
+    if V.self == FieldValue.self, case .double(let d) = value as! FieldValue { return d.isNaN }
+    return false
+}
+
 /// The primitive component encodings, shared by the typed conformances and ``FieldValue``
 /// so that a typed insert and a generic (command-line) insert produce identical keys.
 enum IndexComponent {

@@ -56,11 +56,20 @@ public struct QueryCondition: Sendable, Equatable, CustomStringConvertible {
     public let field: String
     public let op: Operator
     public let value: FieldValue
+    /// False when the condition came from a predicate comparing values of a type of the
+    /// app's own (a `Comparable` enum ranked by its own `<`): its order is not the order of
+    /// the stored form, which is the index's order, so no index range may answer it.
+    let ordersAsStored: Bool
 
     public init(field: String, op: Operator, value: FieldValue) {
+        self.init(field: field, op: op, value: value, ordersAsStored: true)
+    }
+
+    init(field: String, op: Operator, value: FieldValue, ordersAsStored: Bool) {
         self.field = field
         self.op = op
         self.value = value
+        self.ordersAsStored = ordersAsStored
     }
 
     public var description: String { "\(field) \(op.rawValue) \(value.json.text)" }
@@ -88,8 +97,8 @@ func compare(_ a: FieldValue, _ b: FieldValue) -> Int? {
     func sign(_ x: Double, _ y: Double) -> Int? { x.isNaN || y.isNaN ? nil : (x < y ? -1 : (x > y ? 1 : 0)) }
     switch (a, b) {
     case (.int(let x), .int(let y)): return sign(x, y)
-    case (.int(let x), .double(let y)): return sign(Double(x), y)
-    case (.double(let x), .int(let y)): return sign(x, Double(y))
+    case (.int(let x), .double(let y)): return exactOrder(x, y)
+    case (.double(let x), .int(let y)): return exactOrder(y, x).map { -$0 }
     case (.double(let x), .double(let y)): return sign(x, y)
     case (.string(let x), .string(let y)): return sign(x, y)
     case (.date(let x), .date(let y)): return sign(x, y)
@@ -97,6 +106,20 @@ func compare(_ a: FieldValue, _ b: FieldValue) -> Int? {
     case (.uuid(let x), .uuid(let y)): return sign(x.uuidString.lowercased(), y.uuidString.lowercased())
     default: return nil
     }
+}
+
+/// Orders an integer and a double exactly (converting either to the other's type rounds
+/// past 2^53: 2^53 + 1 would equal 2^53); nil when `y` is NaN.
+private func exactOrder(_ x: Int64, _ y: Double) -> Int? {
+    if y.isNaN { return nil }
+    // 2^63 is exact as a Double; every finite double below it and at or above -2^63 has an
+    // integral part that fits in Int64.
+    if y >= 9_223_372_036_854_775_808.0 { return -1 }
+    if y < -9_223_372_036_854_775_808.0 { return 1 }
+    let whole = y.rounded(.down)
+    let integral = Int64(whole)
+    if x != integral { return x < integral ? -1 : 1 }
+    return y > whole ? -1 : 0
 }
 
 /// How a query reads the store, as chosen by the planner; ``Store/explain(_:)`` returns it.
@@ -183,7 +206,9 @@ enum QueryPlanner {
             // Prefer more equality fields, then a complete key, then a range, then fewer fields.
             let score = values.count * 100 + (full ? 50 : 0) + (isRange ? 10 : 0) - index.fields.count
             let unused = conditions.contains { c in !used.contains(c) }
-            var probe = KeyBytes()
+            // The key as the index holds it, prefix included: values that fit only without the
+            // prefix are cut short in the real key, which then counts other records too.
+            var probe = StoreKeys.indexPrefix(type.tag, index.tag)
             for v in values { v.appendIndexComponent(to: &probe) }
             // A partial key without a range is a prefix scan: a range with no bounds.
             let access: QueryPlan.Access = full
@@ -200,14 +225,15 @@ enum QueryPlanner {
 
     /// True when an index key built from `condition.value` finds exactly the matching records:
     /// the value must have the field's stored kind (`.double(3)` against an int field encodes
-    /// differently from `.int(3)` and would find nothing), a null only answers `==`, and NaN,
-    /// whose key equals itself, equals nothing.
+    /// differently from `.int(3)` and would find nothing), a null only answers `==`, NaN,
+    /// whose key equals itself, equals nothing, and a range needs values ordered as stored.
     static func indexable(_ condition: QueryCondition, _ type: TypeSchema) -> Bool {
         indexable(condition, fieldKind: type.field(named: condition.field)?.kind)
     }
 
     /// ``indexable(_:_:)`` for a field whose stored kind is `fieldKind` (nil: not known yet).
     static func indexable(_ condition: QueryCondition, fieldKind: FieldKind?) -> Bool {
+        if condition.op != .equal && !condition.ordersAsStored { return false }
         switch condition.value {
         case .null: return condition.op == .equal
         case .double(let d) where d.isNaN: return false
@@ -352,13 +378,21 @@ enum PredicateAnalyzer {
 
     /// ``condition(_:_:)`` with the key path of its field, each operand cast once.
     private static func located(_ operands: (Any, Any), _ op: QueryCondition.Operator) -> (condition: QueryCondition, keyPath: AnyKeyPath)? {
-        if let (field, keyPath) = fieldKeyPath(operands.0), let value = constant(operands.1) {
-            return (QueryCondition(field: field, op: op, value: value), keyPath)
+        if let (field, keyPath) = fieldKeyPath(operands.0), let (value, ordered) = constant(operands.1, ordering: op != .equal) {
+            return (QueryCondition(field: field, op: op, value: value, ordersAsStored: ordered), keyPath)
         }
-        if let (field, keyPath) = fieldKeyPath(operands.1), let value = constant(operands.0) {
-            return (QueryCondition(field: field, op: op.flipped, value: value), keyPath)
+        if let (field, keyPath) = fieldKeyPath(operands.1), let (value, ordered) = constant(operands.0, ordering: op != .equal) {
+            return (QueryCondition(field: field, op: op.flipped, value: value, ordersAsStored: ordered), keyPath)
         }
         return nil
+    }
+
+    /// True when Swift's `<` on `value` is the order of its stored form (the order of index
+    /// keys): Stash's own ``IndexableValue`` types and optionals of them. An enum stored as
+    /// its raw string but ranked by its own `<` is not.
+    private static func ordersAsStored(_ value: Any) -> Bool {
+        guard let indexable = value as? any IndexableValue else { return false }
+        return type(of: indexable).indexComponentMatchesStoredForm
     }
 
     /// `$0.field` with one path component: its name and key path.
@@ -369,8 +403,9 @@ enum PredicateAnalyzer {
         return name.utf8.contains(UInt8(ascii: ".")) ? nil : (name, keyPath)
     }
 
-    /// An operand that does not involve the record, evaluated now.
-    private static func constant(_ operand: Any) -> FieldValue? {
+    /// An operand that does not involve the record, evaluated now, and (when `ordering`)
+    /// whether its type orders as stored (``ordersAsStored(_:)``; true when not asked).
+    private static func constant(_ operand: Any, ordering: Bool) -> (FieldValue, ordersAsStored: Bool)? {
         let value: Any
         if let constant = operand as? PlannerValue {
             value = constant.plannerValue                    // a captured value: no evaluation needed
@@ -379,11 +414,12 @@ enum PredicateAnalyzer {
             guard let evaluated = try? evaluate(expression) else { return nil }
             value = evaluated
         }
-        if let special = specialFieldValue(value) { return special }
+        let ordered = !ordering || ordersAsStored(value)
+        if let special = specialFieldValue(value) { return (special, ordered) }
         guard let encodable = value as? any Encodable, let field = try? FieldValue(encoding: encodable) else { return nil }
         switch field {
         case .map, .array: return nil
-        default: return field
+        default: return (field, ordered)
         }
     }
 

@@ -53,7 +53,17 @@ public struct RecordReader {
 
     func storedCount(_ tag: UInt16) throws -> Int {
         if let context { return try context.count(tag) }
-        return Int(try txn.uint64(dbs.counts, key: StoreKeys.count(tag)) ?? 0)
+        return try Self.count(try txn.uint64(dbs.counts, key: StoreKeys.count(tag)), of: tag, path)
+    }
+
+    /// A stored count as an `Int`; a value past `Int.max` (a damaged file) throws `.corrupted`
+    /// naming the store instead of trapping.
+    static func count(_ stored: UInt64?, of tag: UInt16, _ path: String) throws -> Int {
+        guard let stored else { return 0 }
+        guard let n = Int(exactly: stored) else {
+            throw StoreError(.corrupted, "store \(path): the record count of type tag \(tag) reads \(stored), more than any store holds; the counts database is damaged (stash verify \(path) shows what else is)")
+        }
+        return n
     }
 
     /// The duplicate count of `key` in the index database.
@@ -263,10 +273,15 @@ extension StoreReading {
         try reader.storedCount(try reader.layout(type).schema.tag)
     }
 
-    /// Records of `type` satisfying every condition, planned like a predicate.
+    /// Records of `type` satisfying every condition, planned like a predicate; at most `limit`.
+    /// - Throws: `.invalidValue` for a negative `limit`.
     public func fetch(typeNamed type: String, where conditions: [QueryCondition], limit: Int? = nil) throws -> [GenericRecord] {
+        if let limit, limit < 0 {
+            throw StoreError(.invalidValue, "store \(reader.path): limit of a fetch of \(type) is \(limit); it counts records, so give 0 or more (nil: no limit)")
+        }
         let layout = try reader.layout(type)
         try validate(conditions, layout)
+        if limit == 0 { return [] }
         let plan = QueryPlanner.plan(type: layout.schema, conditions: conditions, hasResidual: false)
         var results: [GenericRecord] = []
         try reader.candidates(plan, layout) { id, bytes in

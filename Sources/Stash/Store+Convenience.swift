@@ -64,6 +64,7 @@ extension Store {
     /// `mdb_cursor_count` on a cached cursor of a recycled read transaction. Strings longer
     /// than the indexed prefix (120 UTF-8 bytes) are counted exactly by checking candidates.
     public func count<R: Record, V: IndexableValue>(_ index: IndexHandle<R, V>, equals value: V) throws -> Int {
+        if isNaNIndexValue(value) { return 0 }   // NaN equals nothing, not the stored NaNs
         var key = StoreKeys.indexPrefix(index.typeTag, index.indexTag)
         value.appendIndexComponent(to: &key)
         // A type of the app's own, or a string longer than the indexed prefix: the snapshot's
@@ -95,8 +96,10 @@ public struct IndexHandle<R: Record, V: IndexableValue>: Sendable {
 }
 
 extension StoreReading {
-    /// The number of records whose indexed field equals `value`. O(1), no allocation.
+    /// The number of records whose indexed field equals `value` (0 for NaN, which equals
+    /// nothing). O(1), no allocation.
     public func count<R: Record, V: IndexableValue>(_ index: IndexHandle<R, V>, equals value: V) throws -> Int {
+        if isNaNIndexValue(value) { return 0 }
         var key = StoreKeys.indexPrefix(index.typeTag, index.indexTag)
         if V.indexComponentMatchesStoredForm {
             value.appendIndexComponent(to: &key)

@@ -74,8 +74,8 @@ extension Store {
                     }
                     return true
                 }
-                let stored = Int(try txn.uint64(dbs.counts, key: StoreKeys.count(type.tag)) ?? 0)
-                if stored != actual {
+                let stored = try txn.uint64(dbs.counts, key: StoreKeys.count(type.tag)) ?? 0
+                if stored != UInt64(actual) {
                     report.problems.append("\(type.name): stored count \(stored) but \(actual) records")
                 }
                 for index in type.indexes {

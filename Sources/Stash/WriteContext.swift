@@ -620,8 +620,8 @@ final class WriteContext: FieldTagResolver {
 
     /// The stored count plus this transaction's pending changes.
     func count(_ typeTag: UInt16) throws -> Int {
-        let stored = try txn.uint64(dbs.counts, key: StoreKeys.count(typeTag)) ?? 0
-        return Int(stored) + countDeltas[typeTag, default: 0]
+        let stored = try RecordReader.count(try txn.uint64(dbs.counts, key: StoreKeys.count(typeTag)), of: typeTag, path)
+        return stored + countDeltas[typeTag, default: 0]
     }
 
     /// Adds the index entry of a stored record (index backfill), checking uniqueness.
@@ -699,7 +699,7 @@ final class WriteContext: FieldTagResolver {
         try settleMergedUniqueClashes()
         for (tag, delta) in countDeltas where delta != 0 {
             let key = StoreKeys.count(tag)
-            let stored = Int(try txn.uint64(dbs.counts, key: key) ?? 0)
+            let stored = try RecordReader.count(try txn.uint64(dbs.counts, key: key), of: tag, path)
             try txn.put(dbs.counts, key: key, uint64: UInt64(max(0, stored + delta)))
         }
         countDeltas.removeAll()

@@ -522,6 +522,13 @@ import StashTestSupport
         #expect(try store.explain(above).usesIndex)
         let generic = try store.read { try $0.count(typeNamed: "Reading", where: [QueryCondition(field: "value", op: .equal, value: .double(.nan))]) }
         #expect(generic == 0)
+        // Counts by key path and through a handle counted the two stored NaNs.
+        #expect(try store.count(Reading.self, where: \.value, equals: notANumber) == 0)
+        let handle = try store.index(\Reading.value)
+        #expect(try store.count(handle, equals: notANumber) == 0)
+        #expect(try store.read { try $0.count(handle, equals: notANumber) } == 0)
+        #expect(try store.write { try $0.count(Reading.self, where: \.value, equals: notANumber) } == 0)
+        #expect(try store.count(handle, equals: 1) == 1 && store.count(Reading.self, where: \.value, equals: -1) == 1)
     }
 
     /// `Int.max` as a limit (no limit) with an offset overflowed and trapped; a negative limit
@@ -543,6 +550,80 @@ import StashTestSupport
                 #expect { _ = try store.fetch(descriptor) } throws: { ($0 as? StoreError)?.code == .invalidValue }
             }
         }
+        // The generic fetch returned one record for a limit of 0 (and for a negative one).
+        try store.read { s throws in
+            #expect(try s.fetch(typeNamed: "Reading", where: [], limit: 0).isEmpty)
+            #expect(try s.fetch(typeNamed: "Reading", where: [], limit: 2).count == 2)
+            #expect { _ = try s.fetch(typeNamed: "Reading", where: [], limit: -1) } throws: { ($0 as? StoreError)?.code == .invalidValue }
+        }
+    }
+
+    /// A range on a type of the app's own ranked by its own `<` (a priority stored as its raw
+    /// string) was answered by an index range in the stored (string) order: `>= .medium`
+    /// missed `.high`, as "high" < "medium". Such ranges filter every record; equality, which
+    /// the stored form decides as `==` does, and ranges on built-in types still use the index.
+    @Test func aRangeOnATypeRankedByItsOwnOrderIsNotAnIndexRange() throws {
+        let dir = TemporaryDirectory()
+        let store = try Store.open(at: dir.path, types: [Chore.self])
+        try store.write { tx in
+            for (n, priority) in Priority.allCases.enumerated() { try tx.insert(Chore(priority: priority, effort: n)) }
+        }
+        let least = Priority.medium
+        let atLeast = FetchDescriptor<Chore>(predicate: #Predicate { $0.priority >= least })
+        #expect(Set(try store.fetch(atLeast).map(\.priority)) == [.medium, .high])
+        #expect(try store.fetchCount(atLeast) == 2)
+        let below = FetchDescriptor<Chore>(predicate: #Predicate { $0.priority < least })
+        #expect(try store.fetch(below).map(\.priority) == [.low])
+        #expect(try store.read { try $0.fetchCount(below) } == 1)
+        let equal = FetchDescriptor<Chore>(predicate: #Predicate { $0.priority == least })
+        #expect(try store.explain(equal).usesIndex)
+        #expect(try store.fetch(equal).map(\.priority) == [.medium])
+        let effort = 1
+        let busy = FetchDescriptor<Chore>(predicate: #Predicate { $0.effort >= effort })
+        #expect(try store.explain(busy).usesIndex)
+        #expect(Set(try store.fetch(busy).map(\.priority)) == [.medium, .high])
+    }
+
+    /// The planner judged whether an equality key was cut short without the index's 4-byte
+    /// prefix: values filling 508 to 511 bytes fit in its probe, but the real key is cut, so
+    /// the exact count also counted records differing in the last bytes.
+    @Test func anExactCountNeverUsesAKeyCutShort() throws {
+        let dir = TemporaryDirectory()
+        let store = try Store.open(at: dir.path, types: [Triple.self])
+        // Each NUL takes two key bytes: 1 + 238 + 2 bytes for a and b, 1 + 26 + 2 for c: 511.
+        let wide = String(repeating: "\0", count: 119)
+        let stem = String(repeating: "x", count: 25)
+        try store.write { tx in
+            for last in ["A", "B"] { try tx.insert(Triple(a: wide, b: wide, c: stem + last)) }
+        }
+        let c = stem + "A"
+        let one = FetchDescriptor<Triple>(predicate: #Predicate { $0.a == wide && $0.b == wide && $0.c == c })
+        #expect(try store.fetch(one).count == 1)
+        #expect(try store.fetchCount(one) == 1)
+        let conditions = [QueryCondition(field: "a", op: .equal, value: .string(wide)), QueryCondition(field: "b", op: .equal, value: .string(wide)),
+                          QueryCondition(field: "c", op: .equal, value: .string(c))]
+        #expect(try store.read { try $0.count(typeNamed: "Triple", where: conditions) } == 1)
+        #expect(try !store.read { try $0.explain(typeNamed: "Triple", where: conditions) }.isExactIndexCount)
+    }
+
+    /// Generic conditions compared an int and a double by converting the int: past 2^53 two
+    /// different values compared equal (2^53 + 1 == 2^53, Int64.max == 2^63).
+    @Test func intsAndDoublesCompareExactly() throws {
+        let dir = TemporaryDirectory()
+        let store = try Store.open(at: dir.path, types: [Reading.self])
+        let big = 9_007_199_254_740_993   // 2^53 + 1
+        try store.write { tx in
+            for at in [big, Int.max, Int.min, -3] { try tx.insert(Reading(sensor: "s", at: at, value: 0, flag: false)) }
+        }
+        func count(_ op: QueryCondition.Operator, _ value: Double) throws -> Int {
+            try store.read { try $0.count(typeNamed: "Reading", where: [QueryCondition(field: "at", op: op, value: .double(value))]) }
+        }
+        #expect(try count(.equal, 9_007_199_254_740_992) == 0)
+        #expect(try count(.greater, 9_007_199_254_740_992) == 2)
+        #expect(try count(.equal, 9_223_372_036_854_775_808) == 0)     // 2^63: above Int.max
+        #expect(try count(.less, 9_223_372_036_854_775_808) == 4)
+        #expect(try count(.equal, -9_223_372_036_854_775_808) == 1)    // -2^63 is Int.min
+        #expect(try count(.less, -3.5) == 1 && count(.lessOrEqual, -3) == 2 && count(.greater, -3.5) == 3)
     }
 
     /// The O(1) count path is used only when it is exact.
@@ -655,3 +736,25 @@ struct Labelled: Record, Equatable {
     static let indexes: [RecordIndex<Labelled>] = [.index(\.label)]
 }
 
+/// Ranked by its own `<`, not by its stored raw string ("high" < "low" < "medium").
+enum Priority: String, Codable, Sendable, Comparable, CaseIterable, IndexableValue {
+    case low, medium, high
+    private var rank: Int { Self.allCases.firstIndex(of: self)! }
+    static func < (a: Self, b: Self) -> Bool { a.rank < b.rank }
+    func appendIndexComponent(to key: inout KeyBytes) { rank.appendIndexComponent(to: &key) }
+}
+
+struct Chore: Record, Equatable {
+    var id = RecordID()
+    var priority: Priority
+    var effort: Int
+    static let indexes: [RecordIndex<Chore>] = [.index(\.priority), .index(\.effort)]
+}
+
+struct Triple: Record, Equatable {
+    var id = RecordID()
+    var a: String
+    var b: String
+    var c: String
+    static let indexes: [RecordIndex<Triple>] = [.index(\.a, \.b, \.c)]
+}

@@ -176,5 +176,25 @@ import StashTestSupport
         #expect(try store.history() == before)
         #expect(try store.count(Home.self) == 2)
     }
-}
 
+    /// A count damaged past `Int.max` trapped every count and every write of its type (and
+    /// verify): it is now a `.corrupted` error naming the store, and a problem verify reports.
+    @Test func aDamagedCountIsAnErrorNotACrash() throws {
+        let dir = TemporaryDirectory()
+        let store = try Store.open(at: dir.path, types: [Home.self])
+        try store.insert(Home(name: "h"))
+        let env = try Environment.open(path: dir.path)
+        let counts = try env.database("counts")
+        try env.write { txn in
+            var keys: [[UInt8]] = []
+            try txn.scan(counts, from: ScanStart<[UInt8]>.first) { key, _ in keys.append(key); return true }
+            for key in keys { try txn.put(counts, key: key, value: [UInt8]([0, 0, 0, 0, 0, 0, 0, 0x80])) }
+        }
+        for attempt in [{ _ = try store.count(Home.self) }, { try store.insert(Home(name: "i")) }] {
+            let error = thrownError(attempt) as? StoreError
+            #expect(error?.code == .corrupted && error?.message.contains(store.path) == true, "\(String(describing: error))")
+        }
+        let report = try store.verify()
+        #expect(report.problems.contains { $0.contains("Home") && $0.contains("count") }, "\(report.problems)")
+    }
+}
