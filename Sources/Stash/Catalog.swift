@@ -69,7 +69,7 @@ final class Catalog: Sendable {
     /// which equals nothing. O(1), no allocation; the key (511 bytes of storage) is lent to
     /// `count`, never copied.
     func exactIndexCount<R: Record, V: IndexableValue>(_ keyPath: AnyKeyPath, _ type: R.Type, equals value: V,
-                                                      _ count: (KeyBytes) throws -> Int) rethrows -> Int? {
+                                                      _ count: (KeyBytes) throws -> Int?) rethrows -> Int? {
         guard V.indexComponentMatchesStoredForm, let index = singleFieldIndex(keyPath, type: { R.recordType }) else { return nil }
         if isNaNIndexValue(value) { return 0 }   // NaN equals nothing, not the stored NaNs
         var key = StoreKeys.indexPrefix(index.typeTag, index.indexTag)

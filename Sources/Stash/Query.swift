@@ -257,7 +257,7 @@ protocol PlannerEqualType { static func plannerOperands<V>(of value: V) -> (Any,
 /// values: no operand is boxed, cast or encoded through `Encodable`.
 protocol PlannerFieldEquality {
     /// ``Catalog/exactIndexCount(_:_:equals:_:)`` for this expression.
-    func exactIndexCount<R: Record>(_ type: R.Type, in catalog: Catalog, _ count: (KeyBytes) throws -> Int) rethrows -> Int?
+    func exactIndexCount<R: Record>(_ type: R.Type, in catalog: Catalog, _ count: (KeyBytes) throws -> Int?) rethrows -> Int?
 }
 /// `$0.field`: a key path expression on the predicate's variable.
 protocol PlannerRecordField { var plannerField: AnyKeyPath { get } }
@@ -280,7 +280,7 @@ extension PredicateExpressions.Equal: PlannerEqualType {
 }
 extension PredicateExpressions.Equal: PlannerFieldEquality
 where LHS: PlannerRecordField, RHS: PlannerConstant, RHS.Constant == LHS.Output, LHS.Output: IndexableValue {
-    func exactIndexCount<R: Record>(_ type: R.Type, in catalog: Catalog, _ count: (KeyBytes) throws -> Int) rethrows -> Int? {
+    func exactIndexCount<R: Record>(_ type: R.Type, in catalog: Catalog, _ count: (KeyBytes) throws -> Int?) rethrows -> Int? {
         let value = rhs.plannerConstant
         // NaN equals nothing, yet an index lookup would find stored NaNs: leave it to the planner.
         guard value == value else { return nil }
@@ -342,7 +342,7 @@ enum PredicateAnalyzer {
     /// `$0.field == captured` is read through its type without allocating; other spellings
     /// (constant first, an expression to evaluate) through ``soleEquality(of:)``.
     static func exactIndexCount<R: Record>(of expression: any StandardPredicateExpression<Bool>, _ descriptor: FetchDescriptor<R>,
-                                           in catalog: Catalog, _ count: (KeyBytes) throws -> Int) throws -> Int? {
+                                           in catalog: Catalog, _ count: (KeyBytes) throws -> Int?) throws -> Int? {
         func read<E: PredicateExpression>(_ expression: E) throws -> Int?? {
             guard let equality = E.self as? any PlannerFieldEquality.Type else { return nil }
             // The value is cast to the type just found (a copy: E is that type), never to an

@@ -67,7 +67,7 @@ public struct RecordReader {
     }
 
     /// The duplicate count of `key` in the index database.
-    func indexCount(_ key: KeyBytes) throws -> Int {
+    func indexCount(_ key: KeyBytes) throws -> Int? {
         try txn.duplicateCount(dbs.index, key: key)
     }
 

@@ -1,5 +1,6 @@
 import Foundation
 import StashLMDB
+import Synchronization
 
 // One-transaction shortcuts: each call below is its own read or write transaction.
 // Batch several writes in one `write { }` for speed and atomicity.
@@ -31,7 +32,7 @@ extension Store {
     /// For the hottest paths, resolve an ``IndexHandle`` once with ``index(_:)`` instead.
     public func count<R: Record, V: IndexableValue>(_ type: R.Type, where keyPath: KeyPath<R, V>, equals value: V) throws -> Int {
         // As through a handle: the index is resolved once per key path.
-        if let n = try catalog.exactIndexCount(keyPath, R.self, equals: value, indexCount) { return n }
+        if let n = try indexCount({ catalog, count in try catalog.exactIndexCount(keyPath, R.self, equals: value, count) }) { return n }
         return try read { try $0.count(type, where: keyPath, equals: value) }
     }
     /// The records matching `descriptor`.
@@ -39,7 +40,8 @@ extension Store {
     /// The number of records matching `descriptor`'s predicate.
     public func fetchCount<R: Record>(_ descriptor: FetchDescriptor<R>) throws -> Int {
         // `field == constant` on a single-field index: one count, as through a handle.
-        if let expression = descriptor.expression, let n = try PredicateAnalyzer.exactIndexCount(of: expression, descriptor, in: catalog, indexCount) {
+        if let expression = descriptor.expression,
+           let n = try indexCount({ catalog, count in try PredicateAnalyzer.exactIndexCount(of: expression, descriptor, in: catalog, count) }) {
             return n
         }
         return try read { try $0.fetchCount(descriptor) }
@@ -55,7 +57,8 @@ extension Store {
         guard let index = layout.schema.indexes.first(where: { $0.fields == [name] }) else {
             throw StoreError(.noSuchIndex, "store \(path): \(R.recordType) has no index on '\(name)' alone; declare .index(\\.\(name)) in \(R.recordType).indexes")
         }
-        return IndexHandle(typeTag: layout.schema.tag, indexTag: index.tag, field: name, database: dbs.index)
+        return IndexHandle(typeTag: layout.schema.tag, indexTag: index.tag, field: name, database: dbs.index,
+                           confirmedGeneration: ConfirmedGeneration(catalog.generation))
     }
 
     /// The number of records whose indexed field equals `value`.
@@ -70,13 +73,20 @@ extension Store {
         // A type of the app's own, or a string longer than the indexed prefix: the snapshot's
         // count builds the key from the stored form and rechecks candidates.
         if key.isLossy || !V.indexComponentMatchesStoredForm { return try read { snapshot in try snapshot.count(index, equals: value) } }
-        return try indexCount(key)
+        return try storageErrors(path) {
+            try env.read { txn in
+                try index.confirm(in: try catalog(for: txn), store: path)
+                return try txn.duplicateCount(dbs.index, key: key)
+            }
+        }
     }
 
-    /// One `mdb_cursor_count` of `key` in the index database, in a recycled read transaction
-    /// (no snapshot object, no schema lookup).
-    private func indexCount(_ key: KeyBytes) throws -> Int {
-        try storageErrors(path) { try env.read { txn in try txn.duplicateCount(dbs.index, key: key) } }
+    /// Runs `body` with the schema of a recycled read transaction and a one-`mdb_cursor_count`
+    /// counter of index keys in it: no snapshot object for the O(1) counts.
+    private func indexCount(_ body: (Catalog, (KeyBytes) throws -> Int?) throws -> Int?) throws -> Int? {
+        try storageErrors(path) {
+            try env.read { txn in try body(try catalog(for: txn)) { key in try txn.duplicateCount(dbs.index, key: key) } }
+        }
     }
 
     /// The number of records of `type` in `index`'s store, O(1) (see ``count(_:)``), for use next
@@ -93,6 +103,26 @@ public struct IndexHandle<R: Record, V: IndexableValue>: Sendable {
     /// The indexed field.
     public let field: String
     let database: Database
+    /// The schema generation in which the index was last seen.
+    let confirmedGeneration: ConfirmedGeneration
+
+    /// Throws `.noSuchIndex` when the index is not in `catalog` (another process dropped it
+    /// since the handle was made). One comparison while the schema does not change.
+    func confirm(in catalog: Catalog, store path: String) throws {
+        let generation = catalog.generation
+        if generation == confirmedGeneration.value.load(ordering: .relaxed) { return }
+        let type = catalog.layoutsByTag[typeTag]?.schema
+        guard let type, type.name == R.recordType, type.indexes.contains(where: { $0.tag == indexTag && $0.fields == [field] }) else {
+            throw StoreError(.noSuchIndex, "store \(path): the index of \(R.recordType) on '\(field)' was dropped since this handle was made (another process opened the store with dropsUndeclaredIndexes); declare it again, or count without the handle")
+        }
+        confirmedGeneration.value.store(generation, ordering: .relaxed)
+    }
+}
+
+/// A schema generation, updated as handles find their index still there.
+final class ConfirmedGeneration: Sendable {
+    let value: Atomic<UInt64>
+    init(_ generation: UInt64) { value = Atomic(generation) }
 }
 
 extension StoreReading {
@@ -100,6 +130,7 @@ extension StoreReading {
     /// nothing). O(1), no allocation.
     public func count<R: Record, V: IndexableValue>(_ index: IndexHandle<R, V>, equals value: V) throws -> Int {
         if isNaNIndexValue(value) { return 0 }
+        try index.confirm(in: reader.catalog, store: reader.path)
         var key = StoreKeys.indexPrefix(index.typeTag, index.indexTag)
         if V.indexComponentMatchesStoredForm {
             value.appendIndexComponent(to: &key)

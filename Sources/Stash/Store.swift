@@ -94,7 +94,10 @@ public final class Store: Sendable {
     public let path: String
     let env: Environment
     let dbs: StoreDatabases
-    private let catalogBox: Mutex<Catalog>
+    /// The newest catalog this process knows, and the read snapshot (LMDB transaction id) it
+    /// was last confirmed for: a read at that snapshot uses it without looking (see
+    /// ``catalog(for:)``); 0 when not confirmed for any.
+    private let catalogBox: Mutex<(catalog: Catalog, confirmedAt: UInt64)>
     /// The history bounds of the newest committed state a read snapshot asked for (see
     /// ``historyBounds(snapshot:_:)``).
     let boundsOfSnapshot = Mutex<(snapshot: UInt64, current: HistoryToken, purgedThrough: HistoryToken)?>(nil)
@@ -119,15 +122,36 @@ public final class Store: Sendable {
     /// Unique indexes ("Type.index") this process declared plain and the open kept unique.
     let keptUniqueIndexes: Set<String>
 
-    var catalog: Catalog { catalogBox.withLock { $0 } }
+    var catalog: Catalog { catalogBox.withLock { $0.catalog } }
 
     /// The stored schema as of the last transaction this process saw.
     public var schema: StoreSchema { catalog.schema }
 
     func publish(_ catalog: Catalog) {
         catalogBox.withLock { current in
-            if catalog.generation >= current.generation { current = catalog }
+            if catalog.generation > current.catalog.generation { current = (catalog, 0) }
         }
+    }
+
+    /// The catalog of the schema `txn` sees. Another process may have changed the schema
+    /// (dropped an index, changed a default): the stored generation is read once per new
+    /// snapshot, so reads between commits pay one lock and a comparison.
+    func catalog(for txn: ReadTransaction) throws -> Catalog {
+        let snapshot = txn.snapshotID
+        let (current, confirmedAt) = catalogBox.withLock { $0 }
+        if snapshot == confirmedAt { return current }
+        let generation = try txn.uint64(dbs.meta, key: MetaKey.schemaGeneration) ?? 0
+        if generation == current.generation {
+            catalogBox.withLock { box in
+                if box.catalog === current && snapshot > box.confirmedAt { box.confirmedAt = snapshot }
+            }
+            return current
+        }
+        let fresh = Catalog(schema: try SchemaMerger.loadSchema(txn, dbs, path) ?? StoreSchema(), generation: generation)
+        catalogBox.withLock { box in
+            if generation > box.catalog.generation { box = (fresh, snapshot) }
+        }
+        return fresh
     }
 
     // MARK: Opening
@@ -206,7 +230,7 @@ public final class Store: Sendable {
         self.siteID = opened.siteID
         self.copiedFrom = opened.copiedFrom
         self.syncPreferenceAtOpen = opened.syncPreference
-        self.catalogBox = Mutex(opened.catalog)
+        self.catalogBox = Mutex((opened.catalog, 0))
     }
 
     // MARK: Transactions
@@ -245,7 +269,7 @@ public final class Store: Sendable {
     /// Runs `body` on a consistent read-only snapshot of the store.
     public func read<R>(_ body: (StoreSnapshot) throws -> R) throws -> R {
         try storageErrors(path) {
-            try env.read { txn in try body(StoreSnapshot(store: self, txn: txn, catalog: catalog)) }
+            try env.read { txn in try body(StoreSnapshot(store: self, txn: txn, catalog: try catalog(for: txn))) }
         }
     }
 
