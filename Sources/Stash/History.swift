@@ -10,6 +10,20 @@ import StashLMDB
 /// for entry in try store.history(after: token) { apply(entry) }
 /// token = entries.last?.token ?? token
 /// ```
+/// One page of history (``Store/historyPage(after:types:limit:)``): the entries, and the
+/// token to continue from.
+public struct HistoryPage: Sendable {
+    /// Entries in commit order (with a type filter, only changes of those types).
+    public let entries: [HistoryEntry]
+    /// The newest entry looked at, past those the type filter left out: continue from here
+    /// (and register a consumer here). At least the last entry's token.
+    public let scannedThrough: HistoryToken
+    /// True when the page went to the newest entry of its snapshot (no limit cut it short).
+    public let reachedEnd: Bool
+    /// Entries a filtered page looks at, at most: the bound on one call's work.
+    public static let maximumScanned = 4096
+}
+
 public struct HistoryToken: Codable, Comparable, Hashable, Sendable, CustomStringConvertible {
     /// The sequence number of the last entry covered (0: before the first entry).
     public let sequence: UInt64
@@ -182,12 +196,30 @@ extension Store {
     /// - Throws: `.historyPurged` when entries after `token` were purged (the reader missed
     ///   changes and must resynchronize from a full copy).
     /// Work is proportional to the entries read, not to the store size.
+    ///
+    /// With `types`, every entry after `token` is looked at (one read over the whole backlog):
+    /// a consumer of a few types that follows history should use
+    /// ``historyPage(after:types:limit:)`` and continue from its `scannedThrough`, which also
+    /// moves past entries of other types (`entries.last?.token` stays behind them, and a
+    /// consumer registered there holds back every purge).
     public func history(after token: HistoryToken = .beginning, types: Set<String>? = nil, limit: Int? = nil) throws -> [HistoryEntry] {
-        try historyPage(after: token, types: types, limit: limit).entries
+        var page = try historyPage(after: token, types: types, limit: limit)
+        var entries = page.entries
+        // With types, page by page (each a bounded read in its own snapshot) to the end.
+        while !page.reachedEnd, let types, limit.map({ entries.count < $0 }) ?? true {
+            page = try historyPage(after: page.scannedThrough, types: types, limit: limit.map { $0 - entries.count })
+            entries += page.entries
+        }
+        return entries
     }
 
-    /// One page of history and how far it looked (past filtered-out entries), in one snapshot.
-    func historyPage(after token: HistoryToken, types: Set<String>?, limit: Int?) throws -> (entries: [HistoryEntry], scannedThrough: HistoryToken) {
+    /// One page of history after `token`: entries in commit order (only changes of `types`
+    /// when given), and ``HistoryPage/scannedThrough``, the token to continue from, which
+    /// moves past entries the filter left out. One read snapshot; with `types`, at most
+    /// ``HistoryPage/maximumScanned`` entries are looked at, so the call does bounded work
+    /// however long the backlog of other types.
+    /// - Throws: `.historyPurged`, `.historyAhead`, `.corrupted` as ``history(after:types:limit:)``.
+    public func historyPage(after token: HistoryToken = .beginning, types: Set<String>? = nil, limit: Int? = nil) throws -> HistoryPage {
         try read { snapshot in try snapshot.historyPage(after: token, types: types, limit: limit) }
     }
 

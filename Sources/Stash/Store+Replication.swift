@@ -91,14 +91,16 @@ extension StoreReading {
 
     /// History entries after `token` as seen by this transaction (see ``Store/history(after:types:limit:)``).
     public func history(after token: HistoryToken, limit: Int? = nil) throws -> [HistoryEntry] {
-        try historyPage(after: token, types: nil, limit: limit).entries
+        try historyPage(after: token, limit: limit).entries
     }
 
     /// Entries after `token` in commit order (only changes of `types` when given), and the
-    /// newest sequence looked at, past entries the filter left out.
+    /// newest sequence looked at, past entries the filter left out (see ``HistoryPage``).
+    /// With `types`, at most ``HistoryPage/maximumScanned`` entries are looked at, so one call
+    /// does bounded work over a backlog of other types: follow ``HistoryPage/scannedThrough``.
     /// - Throws: `.historyPurged` when entries after `token` were purged; `.historyAhead` when
-    ///   `token` is past the newest entry.
-    func historyPage(after token: HistoryToken, types: Set<String>?, limit: Int?) throws -> (entries: [HistoryEntry], scannedThrough: HistoryToken) {
+    ///   `token` is past the newest entry; `.corrupted` naming an entry that cannot be read.
+    public func historyPage(after token: HistoryToken, types: Set<String>? = nil, limit: Int? = nil) throws -> HistoryPage {
         let bounds = try historyBounds()
         if token < bounds.purgedThrough {
             throw StoreError(.historyPurged, "store \(reader.path): history after \(token) is gone (purged through \(bounds.purgedThrough)); resynchronize from a full copy, then follow from \(bounds.current)")
@@ -108,27 +110,38 @@ extension StoreReading {
         if token > bounds.current {
             throw StoreError(.historyAhead, "store \(reader.path): history token \(token) is past the newest entry \(bounds.current): it belongs to another store, or to this one before it was restored from an older copy; resynchronize from the store as it is, then follow from \(bounds.current)")
         }
-        if limit.map({ $0 <= 0 }) ?? false { return ([], token) }
+        if limit.map({ $0 <= 0 }) ?? false { return HistoryPage(entries: [], scannedThrough: token, reachedEnd: false) }
         let catalog = try reader.store.reloadCatalog(reader.txn)
         var entries: [HistoryEntry] = []
         var scanned = token
+        var looked = 0
+        var complete = true
         var start = KeyBytes()
         start.appendBigEndian(token.sequence &+ 1)
         try reader.txn.scan(reader.dbs.history, from: .atOrAfter(start)) { key, value in
             guard key.count == 8 else { return true }
             let sequence = key.reduce(UInt64(0)) { $0 << 8 | UInt64($1) }
             scanned = HistoryToken(sequence: sequence)
-            var entry = try HistoryEntry.decode(sequence: sequence, value, catalog: catalog)
+            looked += 1
+            var entry: HistoryEntry
+            do { entry = try HistoryEntry.decode(sequence: sequence, value, catalog: catalog) } catch let error as RecordFormatError {
+                throw StoreError(.corrupted, "store \(reader.path): history entry \(sequence) cannot be read (\(error.reason)): it is damaged, or was written by a newer version of Stash. `stash verify \(reader.path)` lists what else is damaged; purgeHistory(before: HistoryToken(sequence: \(sequence)), force: true) removes it and everything before it (its readers then resynchronize)")
+            }
             if let types {
                 let kept = entry.changes.filter { types.contains($0.type) }
-                if kept.isEmpty { return true }
+                if kept.isEmpty {
+                    if looked >= HistoryPage.maximumScanned { complete = false; return false }
+                    return true
+                }
                 entry = HistoryEntry(sequence: entry.sequence, timestamp: entry.timestamp, origin: entry.origin, author: entry.author, changes: kept)
             }
             entries.append(entry)
-            return limit.map { entries.count < $0 } ?? true
+            if let limit, entries.count >= limit { complete = false; return false }
+            if types != nil && looked >= HistoryPage.maximumScanned { complete = false; return false }
+            return true
         }
-        if limit.map({ entries.count < $0 }) ?? true { scanned = max(scanned, bounds.current) }
-        return (entries, scanned)
+        if complete { scanned = max(scanned, bounds.current) }
+        return HistoryPage(entries: entries, scannedThrough: scanned, reachedEnd: complete)
     }
 
     /// The store's schema as this transaction sees it.

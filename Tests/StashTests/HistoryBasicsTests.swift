@@ -1,5 +1,6 @@
 import Foundation
 import Stash
+import StashLMDB
 import Testing
 import StashTestSupport
 
@@ -158,5 +159,69 @@ import StashTestSupport
             #expect(try tx.historyBounds() == (HistoryToken(sequence: 4), HistoryToken(sequence: 2)))
         }
         #expect(try bounds() == (HistoryToken(sequence: 5), HistoryToken(sequence: 2)))
+    }
+
+    /// One undecodable history entry (damaged, or written by a newer Stash) made every
+    /// history read throw an internal error naming no store, entry or way out.
+    @Test func anUnreadableHistoryEntryIsNamed() throws {
+        let dir = TemporaryDirectory()
+        let store = try Store.open(at: dir.path, types: [Home.self])
+        for n in 0..<3 { try store.insert(Home(name: "h\(n)")) }
+        let env = try Environment.open(path: dir.path)
+        let history = try env.database("history")
+        try env.write { txn in try txn.put(history, key: [UInt8]([0, 0, 0, 0, 0, 0, 0, 2]), value: [UInt8]([9, 1, 2])) }
+        #expect(try store.history(after: HistoryToken(sequence: 2)).count == 1, "entries after it still read")
+        for read in [{ _ = try store.history() }, { _ = try store.history(types: ["Home"]) }] {
+            let error = thrownError(read) as? StoreError
+            #expect(error?.code == .corrupted, "\(String(describing: error))")
+            #expect(error?.message.contains(store.path) == true && error?.message.contains("history entry 2") == true, "\(String(describing: error))")
+        }
+        #expect(!(try store.verify().isClean))
+        try store.purgeHistory(before: HistoryToken(sequence: 2), force: true)
+        #expect(try store.history(after: HistoryToken(sequence: 2)).count == 1)
+    }
+
+    /// A consumer of one type behind a long run of another type's entries: `history(after:
+    /// types:)` read the whole backlog in one snapshot, and gave no token past the entries it
+    /// left out, so a consumer following `entries.last` rescanned them forever and held back
+    /// every purge. Pages bound the work and carry the token to go on from.
+    @Test func filteredHistoryPagesMovePastOtherTypes() throws {
+        let dir = TemporaryDirectory()
+        var options = StoreOptions()
+        options.durability = .none
+        let store = try Store.open(at: dir.path, types: [Home.self, Item.self], options: options)
+        let home = Home(name: "h")
+        try store.insert(home)
+        let first = Item(homeID: home.id, name: "first", category: "c", wearCount: 0, price: 0)
+        try store.insert(first)
+        let others = HistoryPage.maximumScanned + 500
+        for n in 0..<others { try store.insert(Home(name: "other \(n)")) }
+        let last = Item(homeID: home.id, name: "last", category: "c", wearCount: 0, price: 0)
+        try store.insert(last)
+        for n in 0..<10 { try store.insert(Home(name: "after \(n)")) }
+        let current = try store.currentToken()
+
+        var page = try store.historyPage(types: ["Item"])
+        #expect(page.entries.map { $0.changes.map(\.id) } == [[first.id]])
+        #expect(!page.reachedEnd && page.scannedThrough == HistoryToken(sequence: UInt64(HistoryPage.maximumScanned)))
+        var seen = page.entries
+        while !page.reachedEnd {
+            page = try store.historyPage(after: page.scannedThrough, types: ["Item"])
+            seen += page.entries
+        }
+        #expect(seen.map { $0.changes.map(\.id) } == [[first.id], [last.id]])
+        #expect(page.scannedThrough == current, "the last page moves past the trailing entries of other types")
+        // A consumer registered where the pages ended holds back no purge.
+        try store.registerHistoryConsumer("items", at: page.scannedThrough)
+        #expect(try store.purgeHistory(before: current).overriddenConsumers.isEmpty)
+        // The one-call form still answers the whole backlog, page by page.
+        let otherDir = TemporaryDirectory()
+        let again = try Store.open(at: otherDir.path, types: [Home.self, Item.self], options: options)
+        try again.insert(first)
+        for n in 0..<others { try again.insert(Home(name: "other \(n)")) }
+        try again.insert(last)
+        #expect(try again.history(types: ["Item"]).map { $0.changes.map(\.id) } == [[first.id], [last.id]])
+        #expect(try again.history(types: ["Item"], limit: 1).count == 1)
+        #expect(try again.history(types: ["Home"], limit: 3).count == 3)
     }
 }
