@@ -96,7 +96,11 @@ public enum JSONValue: Codable, Hashable, Sendable {
         let c = try decoder.singleValueContainer()
         if c.decodeNil() { self = .null }
         else if let b = try? c.decode(Bool.self) { self = .bool(b) }
-        else if let i = try? c.decode(Int64.self) { self = .int(i) }
+        else if let i = try? c.decode(Int64.self) {
+            // "-0", "-0.0": an integer 0 to Int64, but a double with its sign (which `==`
+            // cannot see): keep it, so that a dumped -0.0 loads back as -0.0.
+            if i == 0, let d = try? c.decode(Double.self), d.sign == .minus { self = .double(d) } else { self = .int(i) }
+        }
         else if let d = try? c.decode(Double.self) { self = .double(d) }
         else if let s = try? c.decode(String.self) { self = .string(s) }
         else if let a = try? c.decode([JSONValue].self) { self = .array(a) }

@@ -63,18 +63,22 @@ struct Put: ParsableCommand {
 
 /// A record from a JSON object, checked against the stored schema: known fields, right
 /// kinds, required fields present. A missing "id" gets a new time-ordered id.
-func genericRecord(type: TypeSchema, json: JSONValue) throws -> GenericRecord {
+/// `orDumpLine`: a line of `stash dump` is read too (its record is then read as a plain one).
+func genericRecord(type: TypeSchema, json: JSONValue, orDumpLine: Bool = true) throws -> GenericRecord {
     guard case .object(let members) = json else {
         throw CommandFailure(message: "a record must be a JSON object, like {\"name\": \"Lamp\"}")
     }
-    // A line of `stash dump`: {"type": …, "id": …, "fields": {…}}.
-    if members.count == 3, case .string(let typeName)? = members["type"], case .object(var inner)? = members["fields"],
-       let id = members["id"], type.field(named: "fields") == nil, type.field(named: "type") == nil, inner["id"] == nil {
+    // A line of `stash dump`: {"type": …, "id": …, "fields": {…}}, told by its shape, also for
+    // a type with fields named "type" or "fields" (their values are inside "fields" then).
+    let ownFields = type.field(named: "fields") != nil || type.field(named: "type") != nil
+    if orDumpLine, members.count == 3, case .string(let typeName)? = members["type"], case .object(var inner)? = members["fields"],
+       case .string(let idText)? = members["id"], let id = members["id"], UUID(uuidString: idText) != nil, inner["id"] == nil,
+       !ownFields || typeName == type.name {
         guard typeName == type.name else {
             throw CommandFailure(message: "a dumped \(typeName) record, not \(type.name); dump one type with `stash dump DIR \(type.name)`")
         }
         inner["id"] = id
-        return try genericRecord(type: type, json: .object(inner))
+        return try genericRecord(type: type, json: .object(inner), orDumpLine: false)
     }
     var id = RecordID()
     var fields: [String: FieldValue] = [:]
@@ -122,8 +126,14 @@ struct Load: ParsableCommand {
             if file == "-" { data = FileHandle.standardInput.readDataToEndOfFile() }
             else if let contents = FileManager.default.contents(atPath: file) { data = contents }
             else { throw CommandFailure(message: "cannot read \(file)") }
+            guard let text = String(validating: data, as: UTF8.self) else {
+                // Decoding would put U+FFFD in place of every bad byte, silently.
+                let line = data.split(separator: UInt8(ascii: "\n"), omittingEmptySubsequences: false)
+                    .firstIndex { String(validating: $0, as: UTF8.self) == nil }.map { $0 + 1 } ?? 1
+                throw CommandFailure(message: "\(file) line \(line): not UTF-8 text (convert it first, e.g. iconv -f latin1 -t utf-8); nothing was written")
+            }
             var records: [(line: Int, record: GenericRecord)] = []
-            for (n, line) in String(decoding: data, as: UTF8.self).split(omittingEmptySubsequences: false, whereSeparator: { $0 == "\n" || $0 == "\r\n" }).enumerated() {
+            for (n, line) in text.split(omittingEmptySubsequences: false, whereSeparator: { $0 == "\n" || $0 == "\r\n" }).enumerated() {
                 let text = line.trimmingCharacters(in: .whitespaces)
                 if text.isEmpty { continue }
                 do { records.append((n + 1, try genericRecord(type: typeSchema, json: try JSONValue.parse(text)))) }
@@ -140,12 +150,12 @@ struct Load: ParsableCommand {
                             throw CommandFailure(message: "\(file) line \(line): \(error); \(kept)")
                         }
                         let done = written + n + 1
-                        if done % 10_000 == 0 { FileHandle.standardError.write(Data("loaded \(done)/\(records.count)\n".utf8)) }
+                        if done % 10_000 == 0 { printError("loaded \(done)/\(records.count)") }
                     }
                 }
                 written += slice.count
             }
-            if !records.isEmpty { FileHandle.standardError.write(Data("loaded \(written)/\(records.count)\n".utf8)) }
+            if !records.isEmpty { printError("loaded \(written)/\(records.count)") }
             printLine("\(written)")
         }
     }
@@ -215,7 +225,7 @@ struct Count: ParsableCommand {
             let (count, plan) = try store.read { snapshot in
                 (try snapshot.count(typeNamed: type, where: parsed), try snapshot.explain(typeNamed: type, where: parsed))
             }
-            if explain { FileHandle.standardError.write(Data("plan: \(plan)\n".utf8)) }
+            if explain { printError("plan: \(plan)") }
             printLine("\(count)")
         }
     }

@@ -58,13 +58,41 @@ func runCommand(_ body: () throws -> Void) throws {
 }
 
 func fail(_ message: String) -> Never {
-    FileHandle.standardError.write(Data("stash: \(message)\n".utf8))
+    printError("stash: \(message)")
     Foundation.exit(1)
 }
 
+/// Writes `text` and a newline to standard output. A failed write (a full disk, a closed
+/// pipe) ends the tool with one line on stderr and exit 1: Foundation's `FileHandle.write`
+/// traps instead, after a command may have committed.
 func printLine(_ text: String) {
-    FileHandle.standardOutput.write(Data((text + "\n").utf8))
+    if !writeAll(STDOUT_FILENO, text + "\n") {
+        let reason = String(cString: strerror(errno))
+        printError("stash: cannot write to standard output: \(reason)")
+        Foundation.exit(1)
+    }
 }
+
+/// Writes `text` and a newline to standard error (progress, errors); a failure there has no
+/// one to tell, and is ignored.
+func printError(_ text: String) {
+    _ = writeAll(STDERR_FILENO, text + "\n")
+}
+
+/// `write(2)` until every byte is out; false (with `errno`) on an error.
+private func writeAll(_ descriptor: Int32, _ text: String) -> Bool {
+    var bytes = Array(text.utf8)[...]
+    while !bytes.isEmpty {
+        let written = bytes.withUnsafeBytes { write(descriptor, $0.baseAddress, $0.count) }
+        if written < 0 {
+            if errno == EINTR { continue }
+            return false
+        }
+        bytes = bytes.dropFirst(written)
+    }
+    return true
+}
+
 
 /// Opens an existing store (never creates one).
 /// `readOnly`: for commands that only look (nothing is written: a backup stays as it is, a
@@ -90,7 +118,7 @@ func openExisting(_ directory: String, readOnly: Bool = false) throws -> Store {
 /// Progress lines on stderr for long work (index backfill, migrations).
 func progressReporter() -> @Sendable (StoreProgress) -> Void {
     { progress in
-        FileHandle.standardError.write(Data("\(progress.phase): \(progress.done)/\(progress.total)\n".utf8))
+        printError("\(progress.phase): \(progress.done)/\(progress.total)")
     }
 }
 

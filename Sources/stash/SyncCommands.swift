@@ -26,7 +26,7 @@ func syncEngine(_ store: Store, family: RecordID?, key: SyncKey?) throws -> Sync
 }
 
 func syncProgress() -> @Sendable (SyncProgress) -> Void {
-    { progress in FileHandle.standardError.write(Data("\(progress)\n".utf8)) }
+    { progress in printError("\(progress)") }
 }
 
 struct Sync: ParsableCommand {
@@ -53,6 +53,9 @@ struct Sync: ParsableCommand {
             let wanted = try family.map(parseID)
             if let other {
                 let peerStore = try openExisting(other)
+                if peerStore.path == store.path {
+                    throw CommandFailure(message: "\(directory) and \(other) are the same store (\(store.path)); give two stores, or --relay DIR")
+                }
                 let mine = try SyncEngine.family(of: store), theirs = try SyncEngine.family(of: peerStore)
                 if let mine, let theirs, mine != theirs {
                     throw CommandFailure(message: "\(directory) belongs to family \(mine) and \(other) to \(theirs); stores of different families never sync")
@@ -60,11 +63,20 @@ struct Sync: ParsableCommand {
                 let shared = wanted ?? mine ?? theirs ?? RecordID()
                 let a = try syncEngine(store, family: shared, key: key)
                 let b = try syncEngine(peerStore, family: shared, key: key)
+                let parkedBefore = Set(SyncEngine.parkedDeltas(of: peerStore))
                 let there = try a.sync(via: DirectTransport(to: b))
                 printLine("\(directory) → \(other): \(there)")
+                // What the peer parked (a type or field its schema lacks) it has not applied.
+                let parked = SyncEngine.parkedDeltas(of: peerStore).filter { !parkedBefore.contains($0) }
+                if !parked.isEmpty {
+                    printLine("\(other) parked \(parked.count) delta(s) until its schema catches up (open it with the newer schema; `stash peers \(other)` lists them): \(parked.joined(separator: ", "))")
+                }
                 printLine("status: \(try a.status(peer: b.site)); peer: \(try b.status(peer: a.site))")
                 try failOnRefusals(there)
             } else if let relay {
+                if FileManager.default.fileExists(atPath: (relay as NSString).appendingPathComponent("data.mdb")) {
+                    throw CommandFailure(message: "\(relay) is a store, not a relay directory; give a folder the stores share (or sync two stores directly: stash sync \(directory) \(relay))")
+                }
                 let engine = try syncEngine(store, family: wanted, key: key)
                 let report = try engine.sync(via: RelayTransport(directory: URL(fileURLWithPath: relay)))
                 printLine("\(directory) ⇄ relay \(relay): \(report)")
@@ -96,8 +108,9 @@ struct ExportDelta: ParsableCommand {
     func run() throws {
         try runCommand {
             let store = try openExisting(directory)
+            let peerSite = try parseID(peer)   // before the engine, which may adopt the family (a write)
             let engine = try syncEngine(store, family: try family.map(parseID), key: try options.key())
-            let delta = try engine.makeDelta(for: try parseID(peer))
+            let delta = try engine.makeDelta(for: peerSite)
             let data = delta.encoded(key: try options.key())
             do { try data.write(to: URL(fileURLWithPath: output), options: .atomic) }
             catch { throw CommandFailure(message: "cannot write \(output): \(error.localizedDescription)") }
@@ -121,9 +134,15 @@ struct ImportDelta: ParsableCommand {
             guard let data = FileManager.default.contents(atPath: file) else { throw CommandFailure(message: "cannot read \(file)") }
             var configuration = SyncConfiguration(family: try family.map(parseID), key: try options.key())
             configuration.progress = syncProgress()
-            if configuration.family == nil, try SyncEngine.family(of: store) == nil {
-                // A first import joins the delta's family (after the delta proves itself below).
-                configuration.family = (try? Delta(decoding: data, key: configuration.key, name: file))?.family
+            if try SyncEngine.family(of: store) == nil {
+                // A first import joins the delta's family; a file that is no delta (or needs a
+                // key, or is of another family than --family) says so here, before the family
+                // is written.
+                let family = try Delta(decoding: data, key: configuration.key, name: file).family
+                if let given = configuration.family, given != family {
+                    throw CommandFailure(message: "\(file) belongs to family \(family), not \(given) (--family); nothing was changed")
+                }
+                configuration.family = family
             }
             let engine = try SyncEngine(store: store, configuration: configuration)
             guard engine.isEnabled else { throw CommandFailure(message: "sync is off for \(store.path); the delta was not applied") }

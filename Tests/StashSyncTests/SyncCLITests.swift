@@ -65,6 +65,43 @@ import StashTestSupport
         #expect(try stash("count", b, "Note").stdout == "6\n")
     }
 
+    /// Mistakes were found only after the command had written: `sync a a` gave `a` a random
+    /// family and then failed with a riddle, `export-delta` adopted --family before reading
+    /// --peer, `import-delta` of a file that is no delta blamed the missing family, and
+    /// `--relay` took a store directory and wrote delta files into it.
+    @Test func mistakesAreRefusedBeforeAnythingIsWritten() throws {
+        let dir = TemporaryDirectory("sync-cli-mistakes")
+        let a = try makeStore(dir, "a"), b = try makeStore(dir, "b")
+        #expect(try stash("put", a, "Note", #"{"title": "x"}"#).status == 0)
+        let same = try stash("sync", a, a + "/")
+        #expect(same.status != 0 && same.stderr.contains("same store"), "\(same.stderr)")
+        let badPeer = try stash("export-delta", a, "--peer", "nope", "-o", dir.sub("x.delta"), "--family", RecordID().description)
+        #expect(badPeer.status != 0 && badPeer.stderr.contains("nope"), "\(badPeer.stderr)")
+        let notADelta = dir.sub("schema.json")
+        let imported = try stash("import-delta", b, notADelta)
+        #expect(imported.status != 0 && !imported.stderr.contains("family"), "\(imported.stderr)")
+        let intoStore = try stash("sync", a, "--relay", b, "--family", RecordID().description)
+        #expect(intoStore.status != 0 && intoStore.stderr.contains("is a store"), "\(intoStore.stderr)")
+        #expect(try FileManager.default.contentsOfDirectory(atPath: b).sorted() == ["data.mdb", "lock.mdb"])
+        for store in [a, b] {
+            #expect(try SyncEngine.family(of: Store.open(at: store)) == nil, "\(store) was given a family by a refused command")
+        }
+    }
+
+    /// `sync a b` said "up to date" when b parked everything a sent (a type b's schema lacks):
+    /// only `sync b a` told. Now the parking is printed in either order.
+    @Test func aDeltaTheOtherStoreParksIsReported() throws {
+        let dir = TemporaryDirectory("sync-cli-parked")
+        let a = dir.sub("a"), b = try makeStore(dir, "b")
+        let wider = dir.sub("wider.json")
+        try #"{"types": [{"name": "Note", "fields": [{"name": "title", "kind": "string"}]}, {"name": "Tag", "fields": [{"name": "label", "kind": "string"}]}]}"#
+            .write(toFile: wider, atomically: true, encoding: .utf8)
+        #expect(try stash("init", a, "--schema", wider).status == 0)
+        #expect(try stash("put", a, "Tag", #"{"label": "t"}"#).status == 0)
+        let sync = try stash("sync", a, b)
+        #expect(sync.stdout.contains("parked 1 delta(s)") && sync.stdout.contains("stash peers"), "\(sync.stdout)")
+    }
+
     @Test func relaySyncFromTheCommandLine() throws {
         let dir = TemporaryDirectory("relay-cli")
         let a = try makeStore(dir, "a"), b = try makeStore(dir, "b")

@@ -302,6 +302,10 @@ import StashTestSupport
                 let back = try store.read { try $0.get(typeNamed: "Note", id: record.id) }
                 #expect(back?.fields == record.fields, "\(path): \(record.fields["title"]!) read back as \(String(describing: back?.fields))")
             }
+            // `==` takes -0.0 for 0.0: the sign must survive too (JSON "-0" was read as the integer 0).
+            let extra = try store.read { try $0.get(typeNamed: "Note", id: records[1].id) }?.fields["extra"]
+            guard case .map(let map)? = extra, case .double(let n)? = map["n"] else { Issue.record("\(path): no extra.n"); continue }
+            #expect(n.sign == .minus, "\(path): -0.0 read back as \(n)")
         }
         // The printed date finds its record.
         let get = try StashCLI.run("get", paths[0], "Note", records[0].id.description)
@@ -312,6 +316,59 @@ import StashTestSupport
         // A dump line of another type is refused with what to do.
         let wrongType = try StashCLI.run("load", paths[1], "Note", "-", stdin: #"{"type": "Home", "id": "\#(RecordID())", "fields": {}}"#)
         #expect(wrongType.status != 0 && wrongType.stderr.contains("stash dump DIR Note"), "\(wrongType.stderr)")
+    }
+
+    /// A dump of a type with a field named "type" (or "fields") did not load back: every line
+    /// was taken for a record with fields "type", "id" and "fields", and refused.
+    @Test func aTypeWithFieldsNamedTypeAndFieldsDumpsAndLoadsBack() throws {
+        let dir = TemporaryDirectory()
+        let schemaPath = dir.sub("schema.json")
+        try #"{"types": [{"name": "Event", "fields": [{"name": "type", "kind": "string"}, {"name": "fields", "kind": "map", "optional": true}]}]}"#
+            .write(toFile: schemaPath, atomically: true, encoding: .utf8)
+        let (a, b) = (dir.sub("a"), dir.sub("b"))
+        for path in [a, b] { #expect(try StashCLI.run("init", path, "--schema", schemaPath).status == 0) }
+        #expect(try StashCLI.run("put", a, "Event", #"{"type": "click"}"#).status == 0)
+        #expect(try StashCLI.run("put", a, "Event", #"{"type": "Event", "fields": {"x": 1}}"#).status == 0)
+        let dump = try StashCLI.run("dump", a, "Event")
+        let load = try StashCLI.run("load", b, "Event", "-", stdin: dump.stdout)
+        #expect(load.status == 0 && load.stdout == "2\n", "\(load.stderr)")
+        #expect(try StashCLI.run("dump", b, "Event").stdout == dump.stdout)
+    }
+
+    /// A load of text that is not UTF-8 (a Latin-1 export) replaced every bad byte with U+FFFD
+    /// and succeeded: accented letters were lost without a word.
+    @Test func aLoadOfTextThatIsNotUTF8IsRefused() throws {
+        let dir = TemporaryDirectory()
+        let store = try StashCLI.makeStore(in: dir)
+        let file = dir.sub("latin1.jsonl")
+        var bytes = Data(#"{"name": "ok"}"#.utf8) + Data("\n".utf8)
+        bytes += Data(#"{"name": "caf"#.utf8) + Data([0xE9]) + Data(#""}"#.utf8)
+        try bytes.write(to: URL(fileURLWithPath: file))
+        let load = try StashCLI.run("load", store, "Home", file)
+        #expect(load.status != 0 && load.stderr.contains("line 2") && load.stderr.contains("UTF-8"), "\(load.stderr)")
+        #expect(try StashCLI.run("count", store, "Home").stdout == "0\n")
+    }
+
+    /// Output that cannot be written (a full disk, a closed pipe) trapped in Foundation's
+    /// `FileHandle.write`: a crash with a long backtrace, after `put` had committed.
+    @Test func outputThatCannotBeWrittenIsOneLine() throws {
+        let dir = TemporaryDirectory()
+        let store = try StashCLI.makeStore(in: dir)
+        for (arguments, committed) in [(["put", store, "Home", #"{"name": "full"}"#], 1), (["dump", store, "Home"], 1)] {
+            let process = Process()
+            process.executableURL = StashExecutable.url
+            process.arguments = arguments
+            process.standardOutput = FileHandle(forWritingAtPath: "/dev/full")
+            let errors = Pipe()
+            process.standardError = errors
+            process.standardInput = FileHandle.nullDevice
+            try process.run()
+            let message = String(decoding: errors.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+            process.waitUntilExit()
+            #expect(process.terminationStatus == 1, "\(arguments[0]): \(message)")
+            #expect(message.hasPrefix("stash: cannot write to standard output") && message.split(separator: "\n").count == 1, "\(message)")
+            #expect(try StashCLI.run("count", store, "Home").stdout == "\(committed)\n")
+        }
     }
 
     @Test func demoRunsTheWholeStory() throws {
