@@ -18,7 +18,11 @@ struct SyncOptions: ParsableArguments {
 
 /// An engine for a store opened by the CLI; the family is adopted when given.
 func syncEngine(_ store: Store, family: RecordID?, key: SyncKey?) throws -> SyncEngine {
-    let engine = try SyncEngine(store: store, configuration: SyncConfiguration(family: family, key: key))
+    let engine: SyncEngine
+    do { engine = try SyncEngine(store: store, configuration: SyncConfiguration(family: family, key: key)) }
+    catch let error as SyncError where error.code == .noFamily {
+        throw CommandFailure(message: "\(store.path) has no sync family yet; pass --family UUID (the same for every store that syncs together)")
+    }
     guard engine.isEnabled else {
         throw CommandFailure(message: "sync is off for \(store.path) (its preference); nothing was exchanged and every change stays local")
     }

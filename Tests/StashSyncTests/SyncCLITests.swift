@@ -77,6 +77,8 @@ import StashTestSupport
         #expect(same.status != 0 && same.stderr.contains("same store"), "\(same.stderr)")
         let badPeer = try stash("export-delta", a, "--peer", "nope", "-o", dir.sub("x.delta"), "--family", RecordID().description)
         #expect(badPeer.status != 0 && badPeer.stderr.contains("nope"), "\(badPeer.stderr)")
+        let noFamily = try stash("export-delta", a, "--peer", RecordID().description, "-o", dir.sub("x.delta"))
+        #expect(noFamily.status != 0 && noFamily.stderr.contains("--family"), "a CLI user cannot configure SyncConfiguration: \(noFamily.stderr)")
         let notADelta = dir.sub("schema.json")
         let imported = try stash("import-delta", b, notADelta)
         #expect(imported.status != 0 && !imported.stderr.contains("family"), "\(imported.stderr)")
