@@ -337,7 +337,9 @@ struct History: AsyncParsableCommand {
 
     func run() async throws {
         do {
+            if let limit, limit < 0 { throw CommandFailure(message: "--limit must be 0 or more") }
             let store = try openExisting(directory, readOnly: true)
+            for type in types { _ = try requireType(store, type) }   // a typo would print nothing, forever with --follow
             let start = try after.map { HistoryToken(sequence: $0) } ?? store.oldestAvailableToken()
             let filter = types.isEmpty ? nil : Set(types)
             var printed = 0
@@ -355,6 +357,8 @@ struct History: AsyncParsableCommand {
                 printLine(historyJSON(entry).text)
                 printed += 1
             }
+        } catch let error as CommandFailure {
+            fail(error.message)
         } catch let error as StoreError {
             fail(error.message)
         } catch {

@@ -113,6 +113,19 @@ import StashTestSupport
         #expect(lines.count == 1, "\(lines)")
     }
 
+    /// `history --type` with a type the store does not have (a typo) and `--limit -1`
+    /// printed nothing and exited 0 (with --follow, waited forever).
+    @Test func historyRefusesAnUnknownTypeAndANegativeLimit() throws {
+        let dir = TemporaryDirectory()
+        let store = try StashCLI.makeStore(in: dir)
+        #expect(try StashCLI.run("put", store, "Home", #"{"name": "a"}"#).status == 0)
+        let typo = try StashCLI.run("history", store, "--type", "Hone")
+        #expect(typo.status != 0 && typo.stderr.contains("Hone") && typo.stderr.contains("Home"), "\(typo.stderr)")
+        let negative = try StashCLI.run("history", store, "--limit=-1")
+        #expect(negative.status != 0 && negative.stderr.contains("--limit"), "\(negative.stderr)")
+        #expect(try StashCLI.run("history", store, "--type", "Home").stdout.split(separator: "\n").count == 1)
+    }
+
     @Test func roundTripThroughTheCommandLine() throws {
         let dir = TemporaryDirectory()
         let store = try StashCLI.makeStore(in: dir)
