@@ -276,13 +276,80 @@ extension FieldValue {
     }
 }
 
-/// One formatter of whole-second ISO 8601 dates for the process (making one per date made a
-/// dump of many records slow); formatters are not safe to share between threads unguarded.
-private let internetDateTime: Mutex<ISO8601DateFormatter> = {
-    let formatter = ISO8601DateFormatter()
-    formatter.formatOptions = [.withInternetDateTime]
-    return Mutex(formatter)
-}()
+/// Whole-second ISO 8601 dates in the proleptic Gregorian calendar, as ISO 8601 (and
+/// Python, JavaScript, PostgreSQL) count: Foundation's formatter switches to the Julian
+/// calendar before 1582-10-15, so 0001-01-01 printed as 0001-01-03. Years 0001 to 9999.
+enum InternetDateTime {
+    /// "YYYY-MM-DDTHH:MM:SSZ" of whole seconds since 1970; nil outside years 1...9999.
+    static func string(secondsSince1970 seconds: Int64) -> String? {
+        let (days, secondOfDay) = seconds.quotientAndRemainder(dividingBy: 86_400)
+        let day = secondOfDay < 0 ? days - 1 : days
+        let second = secondOfDay < 0 ? secondOfDay + 86_400 : secondOfDay
+        let (y, m, d) = civil(fromDays: day)
+        guard (1...9999).contains(y) else { return nil }
+        func two(_ n: Int64) -> String { n < 10 ? "0\(n)" : "\(n)" }
+        let year = String(repeating: "0", count: 4 - String(y).count) + String(y)
+        return "\(year)-\(two(m))-\(two(d))T\(two(second / 3600)):\(two(second / 60 % 60)):\(two(second % 60))Z"
+    }
+
+    /// Whole seconds since 1970 of "YYYY-MM-DDTHH:MM:SS" and "Z" or "±HH:MM"; nil for any
+    /// other text or an impossible date.
+    static func seconds(_ text: String) -> Int64? {
+        let u = Array(text.utf8)
+        guard u.count == 20 || u.count == 25 else { return nil }
+        func number(_ range: Range<Int>) -> Int64? {
+            var n: Int64 = 0
+            for i in range {
+                guard (48...57).contains(u[i]) else { return nil }
+                n = n * 10 + Int64(u[i] - 48)
+            }
+            return n
+        }
+        guard u[4] == 45, u[7] == 45, u[10] == 84 || u[10] == 116, u[13] == 58, u[16] == 58,
+              let y = number(0..<4), let m = number(5..<7), let d = number(8..<10),
+              let hour = number(11..<13), let minute = number(14..<16), let second = number(17..<19),
+              y >= 1, (1...12).contains(m), d >= 1, d <= daysIn(month: m, year: y), hour < 24, minute < 60, second < 60 else { return nil }
+        var offset: Int64 = 0
+        if u.count == 20 {
+            guard u[19] == 90 || u[19] == 122 else { return nil }
+        } else {
+            guard u[19] == 43 || u[19] == 45, u[22] == 58, let oh = number(20..<22), let om = number(23..<25), oh < 24, om < 60 else { return nil }
+            offset = (oh * 3600 + om * 60) * (u[19] == 45 ? -1 : 1)
+        }
+        return days(fromCivil: y, m, d) * 86_400 + hour * 3600 + minute * 60 + second - offset
+    }
+
+    private static func daysIn(month m: Int64, year y: Int64) -> Int64 {
+        switch m {
+        case 2: return y % 4 == 0 && (y % 100 != 0 || y % 400 == 0) ? 29 : 28
+        case 4, 6, 9, 11: return 30
+        default: return 31
+        }
+    }
+
+    /// Days since 1970-01-01 of a proleptic Gregorian date (H. Hinnant's days_from_civil).
+    private static func days(fromCivil year: Int64, _ m: Int64, _ d: Int64) -> Int64 {
+        let y = m <= 2 ? year - 1 : year
+        let era = (y >= 0 ? y : y - 399) / 400
+        let yoe = y - era * 400
+        let doy = (153 * (m > 2 ? m - 3 : m + 9) + 2) / 5 + d - 1
+        let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy
+        return era * 146_097 + doe - 719_468
+    }
+
+    /// The proleptic Gregorian date of a day since 1970-01-01 (civil_from_days).
+    private static func civil(fromDays days: Int64) -> (Int64, Int64, Int64) {
+        let z = days + 719_468
+        let era = (z >= 0 ? z : z - 146_096) / 146_097
+        let doe = z - era * 146_097
+        let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365
+        let doy = doe - (365 * yoe + yoe / 4 - yoe / 100)
+        let mp = (5 * doy + 2) / 153
+        let d = doy - (153 * mp + 2) / 5 + 1
+        let m = mp < 10 ? mp + 3 : mp - 9
+        return (yoe + era * 400 + (m <= 2 ? 1 : 0), m, d)
+    }
+}
 
 /// Parses an ISO 8601 date and time with a zone ("Z" or "+01:00") and any number of decimals
 /// of a second, to the `Date` nearest to what it says (exactly what ``exactISO8601(_:)`` printed).
@@ -296,7 +363,8 @@ func parseISO8601(_ text: String) -> Date? {
         guard !decimals.isEmpty else { return nil }
         wholeText = String(text[..<dot] + text[digitsEnd...])
     }
-    guard let whole = internetDateTime.withLock({ $0.date(from: wholeText) }) else { return nil }
+    guard let since1970 = InternetDateTime.seconds(wholeText) else { return nil }
+    let whole = Date(timeIntervalSince1970: Double(since1970))
     let seconds = whole.timeIntervalSinceReferenceDate   // whole seconds: zones are whole minutes
     guard !decimals.isEmpty else { return whole }
     guard let exact = Decimal(string: "0." + decimals).map({ Decimal(Int64(seconds)) + $0 }),
@@ -314,7 +382,7 @@ func exactISO8601(_ date: Date) -> String? {
     // The shortest decimal that reads back as `seconds`, minus its whole seconds: exact in Decimal.
     guard let shortest = Decimal(string: "\(seconds)") else { return nil }
     let fraction = shortest - Decimal(Int64(whole))
-    var text = internetDateTime.withLock { $0.string(from: Date(timeIntervalSinceReferenceDate: whole)) }
+    guard var text = InternetDateTime.string(secondsSince1970: Int64(whole + Date.timeIntervalBetween1970AndReferenceDate)) else { return nil }
     if fraction != 0 {
         let digits = fraction.description.drop { $0 != "." }.dropFirst()
         guard !digits.isEmpty, text.hasSuffix("Z") else { return nil }

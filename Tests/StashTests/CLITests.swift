@@ -384,6 +384,25 @@ import StashTestSupport
         }
     }
 
+    /// Dates before 1582-10-15 printed and parsed in the Julian calendar (Foundation's
+    /// formatter): 0001-01-01 printed as 0001-01-03, so a dump read by any other tool was days
+    /// off. ISO 8601 counts in the proleptic Gregorian calendar (values from Python's datetime).
+    @Test func datesBeforeTheGregorianReformArePrintedAsISO8601Counts() throws {
+        let dir = TemporaryDirectory()
+        let schemaPath = dir.sub("schema.json")
+        try #"{"types": [{"name": "Event", "fields": [{"name": "at", "kind": "date"}]}]}"#.write(toFile: schemaPath, atomically: true, encoding: .utf8)
+        let path = dir.sub("store")
+        #expect(try StashCLI.run("init", path, "--schema", schemaPath).status == 0)
+        for (since1970, text) in [(-62_135_596_800.0, "0001-01-01T00:00:00Z"), (-12_219_724_800, "1582-10-10T00:00:00Z"),
+                                  (-1, "1969-12-31T23:59:59Z"), (253_402_300_799, "9999-12-31T23:59:59Z")] {
+            let id = try StashCLI.run("put", path, "Event", #"{"at": "\#(text)"}"#).stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+            let stored = try Store.open(at: path).read { try $0.get(typeNamed: "Event", id: try #require(RecordID(string: id))) }?.fields["at"]
+            #expect(stored == .date(Date(timeIntervalSince1970: since1970)), "\(text): \(String(describing: stored))")
+            #expect(try StashCLI.run("get", path, "Event", id).stdout.contains(text))
+        }
+        #expect(try StashCLI.run("put", path, "Event", #"{"at": "2023-02-29T00:00:00Z"}"#).status != 0, "no such day")
+    }
+
     @Test func demoRunsTheWholeStory() throws {
         let result = try StashCLI.run("demo")
         #expect(result.status == 0, "\(result.stderr)")
