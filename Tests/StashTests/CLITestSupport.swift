@@ -30,8 +30,8 @@ enum StashCLI {
     ]}
     """
 
-    /// `stash init` on a new store directory with ``schema``.
-    static func makeStore(in dir: TemporaryDirectory, name: String = "store") throws -> String {
+    /// `stash init` on a new store directory with `schema` (default ``schema``).
+    static func makeStore(in dir: TemporaryDirectory, name: String = "store", schema: String = schema) throws -> String {
         let schemaPath = dir.sub("schema-\(name).json")
         try schema.write(toFile: schemaPath, atomically: true, encoding: .utf8)
         let store = dir.sub(name)

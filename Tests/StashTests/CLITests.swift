@@ -65,10 +65,7 @@ import StashTestSupport
 
     @Test func nonFiniteDoublesSurviveGetDumpAndPut() throws {
         let dir = TemporaryDirectory()
-        let schemaPath = dir.sub("schema.json")
-        try #"{"types": [{"name": "Reading", "fields": [{"name": "value", "kind": "double"}]}]}"#.write(toFile: schemaPath, atomically: true, encoding: .utf8)
-        let path = dir.sub("store")
-        #expect(try StashCLI.run("init", path, "--schema", schemaPath).status == 0)
+        let path = try StashCLI.makeStore(in: dir, schema: #"{"types": [{"name": "Reading", "fields": [{"name": "value", "kind": "double"}]}]}"#)
         let values: [Double] = [.nan, .infinity, -.infinity, 1.5]
         let ids = values.map { _ in RecordID() }
         do {
@@ -389,10 +386,7 @@ import StashTestSupport
     /// off. ISO 8601 counts in the proleptic Gregorian calendar (values from Python's datetime).
     @Test func datesBeforeTheGregorianReformArePrintedAsISO8601Counts() throws {
         let dir = TemporaryDirectory()
-        let schemaPath = dir.sub("schema.json")
-        try #"{"types": [{"name": "Event", "fields": [{"name": "at", "kind": "date"}]}]}"#.write(toFile: schemaPath, atomically: true, encoding: .utf8)
-        let path = dir.sub("store")
-        #expect(try StashCLI.run("init", path, "--schema", schemaPath).status == 0)
+        let path = try StashCLI.makeStore(in: dir, schema: #"{"types": [{"name": "Event", "fields": [{"name": "at", "kind": "date"}]}]}"#)
         for (since1970, text) in [(-62_135_596_800.0, "0001-01-01T00:00:00Z"), (-12_219_724_800, "1582-10-10T00:00:00Z"),
                                   (-1, "1969-12-31T23:59:59Z"), (253_402_300_799, "9999-12-31T23:59:59Z")] {
             let id = try StashCLI.run("put", path, "Event", #"{"at": "\#(text)"}"#).stdout.trimmingCharacters(in: .whitespacesAndNewlines)
