@@ -29,6 +29,7 @@ struct Init: ParsableCommand {
             let declaration: SchemaDeclaration
             do { declaration = try JSONDecoder().decode(SchemaDeclaration.self, from: data) }
             catch { throw CommandFailure(message: "schema file \(schema) is not valid: \(error)") }
+            try check(declaration, stored: try storedSchema())
             var options = StoreOptions()
             options.progress = progressReporter()
             options.dropsUndeclaredIndexes = dropUndeclaredIndexes
@@ -36,6 +37,39 @@ struct Init: ParsableCommand {
             let store = try Store.open(at: directory, declaration: declaration, options: options)
             let names = store.schema.types.map(\.name).joined(separator: ", ")
             printLine("store \(store.path): \(store.schema.types.count) type(s): \(names)")
+        }
+    }
+
+    /// The schema of the store already in `directory`, read without writing; nil for none.
+    private func storedSchema() throws -> StoreSchema? {
+        guard FileManager.default.fileExists(atPath: (directory as NSString).appendingPathComponent("data.mdb")) else { return nil }
+        var options = StoreOptions()
+        options.readOnly = true
+        do { return try Store.open(at: directory, declaration: SchemaDeclaration(types: []), options: options).schema }
+        catch let error as StoreError where error.code == .readOnly { return nil }   // an older format: the open upgrades it
+    }
+
+    /// What the command line could never use, refused before anything is written: the same
+    /// type twice, a nameless type or field, a field named "id" (the record id's name), and
+    /// an index on a field neither the file nor the store declares (a typo: records written
+    /// here must use declared fields, so the index would stay empty).
+    private func check(_ declaration: SchemaDeclaration, stored: StoreSchema?) throws {
+        var seen: Set<String> = []
+        for type in declaration.types {
+            guard !type.name.isEmpty else { throw CommandFailure(message: "schema file \(schema): a type has an empty name") }
+            guard seen.insert(type.name).inserted else { throw CommandFailure(message: "schema file \(schema): type \(type.name) is listed twice") }
+            var fields: Set<String> = Set(stored?.type(named: type.name)?.fields.map(\.name) ?? [])
+            for field in type.fields {
+                guard !field.name.isEmpty, field.name != "id" else {
+                    throw CommandFailure(message: "schema file \(schema): \(type.name) has a field named \"\(field.name)\"; \(field.name.isEmpty ? "give it a name" : "\"id\" is the record id, every record has it")")
+                }
+                fields.insert(field.name)
+            }
+            for index in type.indexes {
+                for name in index.fields where !fields.contains(name) {
+                    throw CommandFailure(message: "schema file \(schema): an index of \(type.name) names \"\(name)\", which is not one of its fields (\(fields.sorted().joined(separator: ", "))); declare the field, or fix the name")
+                }
+            }
         }
     }
 }

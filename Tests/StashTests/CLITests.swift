@@ -397,6 +397,31 @@ import StashTestSupport
         #expect(try StashCLI.run("put", path, "Event", #"{"at": "2023-02-29T00:00:00Z"}"#).status != 0, "no such day")
     }
 
+    /// `init` accepted schema files the command line can never use: an index on a field the
+    /// file does not declare (a typo; every write of that field is then refused), a field
+    /// named "id", a type listed twice. Refused now, before anything is created.
+    @Test func initRefusesSchemasTheCommandLineCannotUse() throws {
+        let dir = TemporaryDirectory()
+        let bad = [
+            (#"{"types": [{"name": "X", "fields": [{"name": "a", "kind": "string"}], "indexes": [{"fields": ["zz"]}]}]}"#, "zz"),
+            (#"{"types": [{"name": "X", "fields": [{"name": "id", "kind": "string"}]}]}"#, "\"id\""),
+            (#"{"types": [{"name": "X", "fields": []}, {"name": "X", "fields": []}]}"#, "twice"),
+        ]
+        for (n, (schema, named)) in bad.enumerated() {
+            let schemaPath = dir.sub("bad\(n).json")
+            try schema.write(toFile: schemaPath, atomically: true, encoding: .utf8)
+            let result = try StashCLI.run("init", dir.sub("s\(n)"), "--schema", schemaPath)
+            #expect(result.status != 0 && result.stderr.contains(named), "\(schema): \(result.stderr)")
+            #expect(!FileManager.default.fileExists(atPath: dir.sub("s\(n)")), "\(schema) created a store")
+        }
+        // A field the store holds already may be indexed by a later file that lists only the index.
+        let store = try StashCLI.makeStore(in: dir, name: "kept")
+        let later = dir.sub("later.json")
+        try #"{"types": [{"name": "Home", "fields": [], "indexes": [{"fields": ["name"]}]}]}"#.write(toFile: later, atomically: true, encoding: .utf8)
+        let result = try StashCLI.run("init", store, "--schema", later)
+        #expect(result.status == 0, "\(result.stderr)")
+    }
+
     @Test func demoRunsTheWholeStory() throws {
         let result = try StashCLI.run("demo")
         #expect(result.status == 0, "\(result.stderr)")
