@@ -457,8 +457,9 @@ public final class FeatureGate: Sendable {
     }
 
     /// Decides `action` with the counts `reading` sees (a snapshot or a write transaction).
-    /// A reading of another store than the gate's is counted afresh: the counts the gate keeps
-    /// between checks are its own store's.
+    /// A reading of another store than the gate's is counted afresh, through that store's
+    /// types and indexes (looked up at each such check): the counts and handles the gate
+    /// keeps are its own store's, and another store may have given its types other tags.
     public func check<S: StoreReading>(_ action: GateAction, in reading: S) -> GateDecision {
         let access = access(at: clockGuard.referenceMilliseconds)
         saveClockInBackgroundIfMoved()
@@ -513,6 +514,9 @@ public final class FeatureGate: Sendable {
         // The caches hold this gate's store's counts, by its history sequence: a reading of
         // another store (whose sequences mean other states) is counted afresh and not kept.
         let ownStore = reading.store === store
+        // The rules were resolved against this store: its type and index tags name other
+        // types, or nothing, in a store whose schema grew in another order.
+        let rules = ownStore ? self.rules : try self.rules.map { try $0.resolved(in: reading.store) }
         let isSnapshot = ownStore && S.self == StoreSnapshot.self
         var sequence = isSnapshot && readsSequenceFirst.load(ordering: .relaxed) ? try reading.historyBounds().current.sequence : nil
         var reached: DenialReason?

@@ -256,6 +256,36 @@ import Testing
         #expect(f.gate.check(.create(Home.self)).isAllowed)
     }
 
+    /// A reading of another store whose types were declared in another order (or whose schema
+    /// grew in another order over app versions): the gate counted it through the type and
+    /// index tags of its own store, which name other types there. The other store's items
+    /// were counted as its homes, so a home limit let a second home through; its per-parent
+    /// counts looked into another type's index. Such a reading is counted with its own
+    /// store's types and indexes now, as the doc of `check(_:in:)` promises.
+    @Test func aReadingOfAnotherStoreIsCountedWithThatStoresTypes() throws {
+        let f = try Fixture()   // 1 home, 10 items per home
+        let other = try Store.open(at: f.dir.sub("other"), types: [Item.self, Home.self] + FeatureGate.recordTypes)
+        let home = Home(name: "elsewhere")
+        try other.insert(home)
+        #expect(try other.read { f.gate.check(.create(Home.self), in: $0) }.denial == .homeLimitReached)
+        _ = try other.write { tx in #expect(throws: GateError.self) { try f.gate.authorize(.create(Home.self), in: tx) } }
+        #expect(try other.read { f.gate.check(.create(Item.self, in: home.id), in: $0) }.isAllowed)
+        try other.write { tx in for n in 0..<10 { try tx.insert(Item(homeID: home.id, name: "\(n)")) } }
+        #expect(try other.read { f.gate.check(.create(Item.self, in: home.id), in: $0) }.denial == .itemLimitReached)
+        try other.insert(Item(homeID: home.id, name: "eleventh"))
+        #expect(try other.read { f.gate.check(.create(Item.self, in: RecordID()), in: $0) }.denial == .overLimit)
+        // Limits by name go by name: the same answers.
+        let named = try FeatureGate.open(f.store, configuration: {
+            var config = f.configuration
+            config.limits = [.maxRecords(typeNamed: "Home", 1), .maxRecords(typeNamed: "Item", 10, perField: "homeID")]
+            return config
+        }())
+        #expect(try other.read { named.check(.create(Item.self, in: RecordID()), in: $0) }.denial == .overLimit)
+        // The gate's own store, empty, is counted as its own.
+        #expect(f.gate.check(.create(Home.self)).isAllowed)
+        #expect(f.gate.check(.create(Item.self, in: home.id)).isAllowed)
+    }
+
     /// The committed parents a write starts from are read in a snapshot of their own; with no
     /// reader slot free for it, the write counts its parents the long way, and is not denied.
     @Test func aWriteWithNoReaderSlotLeftStillDecides() throws {
