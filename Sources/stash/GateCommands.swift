@@ -127,15 +127,26 @@ struct Gate: ParsableCommand {
             for (n, raw) in String(decoding: data, as: UTF8.self).split(whereSeparator: { $0 == "\n" || $0 == "\r\n" }).enumerated() {
                 let line = raw.trimmingCharacters(in: .whitespaces)
                 if line.isEmpty || line.hasPrefix("#") { continue }
-                let (id, secret) = line.firstIndex(of: "=").map { (String(line[..<$0]), String(line[line.index(after: $0)...])) }
-                    ?? ("default", line)
-                guard let bytes = Data(base64Encoded: secret), !bytes.isEmpty else {
+                guard let (id, key) = Self.parseKey(line) else {
                     throw CommandFailure(message: "key file \(file) line \(n + 1): expected KEYID=BASE64 or BASE64")
                 }
-                keys[id] = Array(bytes)
+                keys[id] = key
             }
         }
         return keys
+    }
+
+    /// A key line: `KEYID=BASE64`, or a bare `BASE64` (key id "default"). Base64 pads with
+    /// '=' (every key whose length is not a multiple of 3 bytes, the recommended 32 included),
+    /// so the line is split at its first '=' only when an id stands before it and a key after
+    /// it: what follows the first '=' of a bare key is padding, which decodes to nothing.
+    static func parseKey(_ line: String) -> (id: String, key: [UInt8])? {
+        if let equals = line.firstIndex(of: "="), equals != line.startIndex,
+           let key = Data(base64Encoded: String(line[line.index(after: equals)...])), !key.isEmpty {
+            return (String(line[..<equals]), Array(key))
+        }
+        guard let key = Data(base64Encoded: line), !key.isEmpty else { return nil }
+        return ("default", Array(key))
     }
 
     // MARK: Verbs

@@ -102,6 +102,32 @@ enum GateCLI {
         #expect(bad.status == 1 && bad.stderr.split(separator: "\n").count == 1)
     }
 
+    /// A bare BASE64 key, documented as key id "default", was split at its first '=': a key
+    /// whose length is not a multiple of 3 bytes (16, 32, 64 …) ends in padding, so the id
+    /// became the key text, the secret "=" did not decode, and the key file was refused.
+    @Test func aBareKeyWithPaddingIsTheDefaultKey() throws {
+        let dir = TemporaryDirectory()
+        let (store, _) = try GateCLI.makeStore(in: dir)
+        let shortKey = Array("0123456789abcdef".utf8)
+        let bare = Data(appKey).base64EncodedString(), short = Data(shortKey).base64EncodedString()
+        try #require(bare.hasSuffix("=") && !bare.hasSuffix("==") && short.hasSuffix("=="))
+        let year = Date().addingTimeInterval(365 * 86_400)
+        var subscription = Tx.subscription("t1", expires: 0)
+        subscription.expiresAt = year
+        // The bare 32-byte key beside a KEYID=BASE64 line; then a bare 16-byte key (two '=').
+        let signers = [("\(bare)\nk2=\(short)\n", "default", appKey), ("\(bare)\nk2=\(short)\n", "k2", shortKey), ("\(short)\n", "default", shortKey)]
+        for (n, (file, keyID, key)) in signers.enumerated() {
+            let keys = dir.sub("app-\(n).keys")
+            try file.write(toFile: keys, atomically: true, encoding: .utf8)
+            let path = dir.sub("snapshot-\(n).json")
+            let snapshot = EntitlementSnapshot(userID: "u1", sequence: UInt64(n + 1), serverTime: Date(), transactions: [subscription])
+            try Data(try HMACSnapshotSigner(keyID: keyID, key: key).sign(snapshot).encoded()).write(to: URL(fileURLWithPath: path))
+            let applied = try GateCLI.run("gate", store, "apply-snapshot", path, "--user", "u1", "--key-file", keys)
+            #expect(applied.status == 0, "key \(keyID) #\(n + 1): \(applied.stderr)")
+            #expect(applied.stdout.contains("applied snapshot #\(n + 1)"), "\(applied.stdout)")
+        }
+    }
+
     @Test func demoTellsTheGatingStory() throws {
         let dir = TemporaryDirectory()
         let result = try GateCLI.run("gate", dir.sub("demo"), "demo")
