@@ -65,6 +65,37 @@ import Testing
         #expect(try g.relaunch().tier == .free)
     }
 
+    /// A NaN date trapped where dates become milliseconds (infinities saturated, NaN did not):
+    /// a wall clock answering NaN crashed every check and the gate's open, a NaN expiry or
+    /// revocation crashed `Entitlements.status`, and a NaN server time crashed the signer.
+    /// NaN counts as the instant 0 now, as a NaN duration counts as 0: the reference time
+    /// stays at the highest time seen, and a NaN end grants nothing.
+    @Test func nanDatesDoNotTrap() throws {
+        let nan = Date(timeIntervalSince1970: .nan)
+        let f = try Fixture(start: instant(0))
+        try f.gate.apply(try signed([Tx.subscription("t1", expires: 30 * day)], server: 0))
+        f.clock.set(instant(day))
+        #expect(f.gate.tier == .premium)
+        f.clock.set(nan)
+        #expect(f.gate.tier == .premium)
+        #expect(f.gate.clockGuard.referenceTime == instant(day))
+        #expect(f.gate.check(.use("intervalTimer")).isAllowed)
+        #expect(f.gate.entitlement().status.state == .subscribed)
+        let g = try Fixture(start: nan)
+        #expect(g.gate.tier == .free)
+        #expect(g.gate.check(.create(Home.self)).isAllowed)
+
+        var endless = Tx.subscription("t2", expires: 30 * day)
+        endless.expiresAt = nan
+        #expect(!Entitlements.isActive("pro", in: [endless], at: instant(day)))
+        var refunded = Tx.subscription("t3", expires: 30 * day)
+        refunded.revokedAt = nan
+        #expect(Entitlements.status(of: "pro", in: [refunded], at: instant(day)).state == .revoked)
+        #expect(Entitlements.status(of: "pro", in: [Tx.lifetime("l1")], at: nan).state == .lifetime)
+        let signedNaN = try signer.sign(EntitlementSnapshot(userID: "u1", sequence: 1, serverTime: nan, transactions: []))
+        #expect(try EntitlementSnapshot(decoding: signedNaN.payload).serverTime == Date(timeIntervalSince1970: 0))
+    }
+
     /// The clock set a year ahead at install, then put right: the first launch was recorded a
     /// year ahead, so a 7-day local trial stayed open for a year. A newer snapshot brings the
     /// first launch down to its server time with the clock.
