@@ -88,6 +88,7 @@ extension FeatureGate {
     @discardableResult
     public func spendCredit(operationID: String, in tx: StoreTransaction) throws -> CreditSpend {
         try requireCredits()
+        try saveClock(in: tx)
         let operation = operationRecordID(operationID)
         var account = try ensureAccount(in: tx)
         if try tx.get(CreditOperation.self, id: operation) != nil { return .alreadySpent(remaining: account.balance) }
@@ -130,11 +131,20 @@ extension FeatureGate {
         if grantID == "free" || grantID.hasPrefix("purchase:") {
             throw GateError(.invalidConfiguration, "gate: grant id '\(grantID)' is one the gate keeps for itself (\"free\", \"purchase:…\"); give the grant an id of its own, such as \"promo:\(grantID)\"")
         }
+        try saveClock(in: tx)
         var account = try ensureAccount(in: tx)
         let granted = account.credits.sites[grantSite(grantID).description]?.increments ?? 0
         guard setGrant(&account.credits, grantID, increments: Int64(amount), decrements: 0) else { return 0 }
         try tx.update(account)
         return Int(Int64(amount) - granted)
+    }
+
+    /// Saves the highest time seen in a credit write, as ``authorize(_:in:)`` does: an app
+    /// whose only gate writes are spends keeps the clock it saw (the save is counted as done
+    /// only if `tx` commits).
+    private func saveClock(in tx: StoreTransaction) throws {
+        _ = clockGuard.referenceMilliseconds
+        try clockGuard.save(in: tx, threshold: 1000)
     }
 
     /// Credits consumable purchases of a snapshot once each, and takes back refunded ones.

@@ -350,7 +350,9 @@ public final class FeatureGate: Sendable {
 
     /// The premium entitlement at the guarded reference time, with the reason. Never throws.
     public func entitlement() -> EntitlementDecision {
-        entitlement(at: clockGuard.referenceMilliseconds)
+        let reference = clockGuard.referenceMilliseconds
+        saveClockInBackgroundIfMoved()
+        return entitlement(at: reference)
     }
 
     func entitlement(at reference: Int64) -> EntitlementDecision {
@@ -410,7 +412,11 @@ public final class FeatureGate: Sendable {
     }
 
     /// The tier in force now.
-    public var tier: Tier { access(at: clockGuard.referenceMilliseconds).tier }
+    public var tier: Tier {
+        let reference = clockGuard.referenceMilliseconds
+        saveClockInBackgroundIfMoved()
+        return access(at: reference).tier
+    }
 
     /// The tier a feature belongs to.
     public func tier(of feature: Feature) -> Tier {
@@ -423,6 +429,7 @@ public final class FeatureGate: Sendable {
     /// or a free-trial offer in the snapshot, whichever ends later.
     public func trialStatus() -> TrialStatus {
         let reference = clockGuard.referenceMilliseconds
+        saveClockInBackgroundIfMoved()
         let state = hot.withLock { $0 }
         var ends: [(Int64, TrialStatus.Source)] = []
         if let trialLength, state.firstLaunch != Int64.min { ends.append((millisecondsAdding(state.firstLaunch, trialLength), .firstLaunch)) }

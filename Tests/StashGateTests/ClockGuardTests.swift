@@ -160,11 +160,46 @@ import Testing
         let deadline = Date().addingTimeInterval(120)   // generous: other test targets may hog the pool
         var stored: Int64?
         while Date() < deadline {
-            stored = try f.store.metadata(for: "gate.clock").map { bytes in bytes.enumerated().reduce(Int64(0)) { $0 | Int64($1.element) << (8 * Int64($1.offset)) } }
+            stored = try storedClock(f.store)
             if stored == t0 + 2 * day { break }
             try await Task.sleep(for: .milliseconds(10))
         }
         #expect(stored == t0 + 2 * day)
+    }
+
+    /// The docs said credits save the clock, but spends and grants never did: an app whose
+    /// only gate writes were spends, killed after its trial ended and relaunched with the
+    /// clock set back, started from the time saved at its open and got the trial back.
+    @Test func creditSpendsAndGrantsSaveTheClock() throws {
+        let f = try Fixture(start: instant(0)) { $0.trialLength = 7 * Double(day / 1000) }
+        f.clock.set(instant(8 * day))
+        try f.gate.spendCredit(operationID: "gen-1")
+        f.clock.set(instant(day))
+        // Killed, no persistClock(): the next launch has only what the writes saved.
+        let next = try FeatureGate.open(f.store, configuration: f.configuration)
+        #expect(next.clockGuard.referenceTime == instant(8 * day))
+        #expect(next.trialStatus().state == .expired)
+        f.clock.set(instant(9 * day))
+        _ = try f.store.write { tx in try next.grantCredits(1, grantID: "promo:1", in: tx) }
+        f.clock.set(instant(day))
+        #expect(try FeatureGate.open(f.store, configuration: f.configuration).clockGuard.referenceTime == instant(9 * day))
+    }
+
+    /// `tier`, `entitlement()` and `trialStatus()` read the clock without the background save
+    /// `check()` schedules: an app driving its UI from them alone never saved a moved clock.
+    @Test func tierEntitlementAndTrialStatusSaveAMovedClockInTheBackground() async throws {
+        let f = try Fixture(start: instant(0))
+        let reads: [(String, () -> Void)] = [
+            ("tier", { _ = f.gate.tier }), ("entitlement()", { _ = f.gate.entitlement() }), ("trialStatus()", { _ = f.gate.trialStatus() }),
+        ]
+        for (n, (name, read)) in reads.enumerated() {
+            let moved = Int64(n + 1) * day
+            f.clock.set(instant(moved))
+            read()
+            let deadline = Date().addingTimeInterval(60)   // generous: other test targets may hog the machine
+            while Date() < deadline, try storedClock(f.store) != t0 + moved { try await Task.sleep(for: .milliseconds(10)) }
+            try #require(try storedClock(f.store) == t0 + moved, "\(name) did not save the clock")
+        }
     }
 
     @Test(arguments: [UInt64(11), 12, 13])

@@ -141,3 +141,8 @@ final class Fixture {
         }
     }
 }
+
+/// The highest time seen as saved in `store` (ms since 1970), nil when none is.
+func storedClock(_ store: Store) throws -> Int64? {
+    try store.metadata(for: "gate.clock").map { bytes in bytes.enumerated().reduce(Int64(0)) { $0 | Int64($1.element) << (8 * Int64($1.offset)) } }
+}
