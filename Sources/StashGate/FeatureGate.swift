@@ -448,7 +448,9 @@ public final class FeatureGate: Sendable {
     // MARK: Checks
 
     /// Decides `action` now. Limit counts are read in one recycled read transaction
-    /// (O(1) index counts); feature and view checks touch no storage. Never throws.
+    /// (O(1) index counts); feature and view checks touch no storage. Never throws: counts
+    /// that cannot be read deny with ``DenialReason/checkFailed`` and the cause in
+    /// ``GateDecision/error``.
     ///
     /// For a creation that must not race other writers, use ``authorize(_:in:)`` inside the
     /// write transaction instead.
@@ -459,7 +461,7 @@ public final class FeatureGate: Sendable {
         do {
             return try store.read { snapshot in try decideCreation(action, access, snapshot) }
         } catch {
-            return .deny(.checkFailed, Access(isPremium: false, reason: .error, trialEnded: false))
+            return .checkFailed(countingFailed(action, store, error))
         }
     }
 
@@ -467,14 +469,12 @@ public final class FeatureGate: Sendable {
     /// A reading of another store than the gate's is counted afresh, through that store's
     /// types and indexes (looked up at each such check): the counts and handles the gate
     /// keeps are its own store's, and another store may have given its types other tags.
+    /// Never throws, as ``check(_:)``.
     public func check<S: StoreReading>(_ action: GateAction, in reading: S) -> GateDecision {
-        let access = access(at: clockGuard.referenceMilliseconds)
-        saveClockInBackgroundIfMoved()
-        if let decision = decideWithoutCounts(action, access) { return decision }
         do {
-            return try decideCreation(action, access, reading)
+            return try decide(action, in: reading)
         } catch {
-            return .deny(.checkFailed, Access(isPremium: false, reason: .error, trialEnded: false))
+            return .checkFailed(countingFailed(action, reading.store, error))
         }
     }
 
@@ -484,18 +484,45 @@ public final class FeatureGate: Sendable {
     /// sees the first one's record.
     ///
     /// Also picks up a snapshot cached by another process and saves the highest time seen.
-    /// - Throws: ``GateError`` `.denied` with the ``GateError/decision``; the transaction rolls back.
+    /// - Throws: ``GateError`` (the transaction rolls back): `.denied` with the
+    ///   ``GateError/decision``; `.storage` when the limit counts could not be read, with the
+    ///   cause in ``GateError/underlying`` (a storage fault, or a record that cannot be
+    ///   decoded, which the message names), not a denial to show a paywall for;
+    ///   `.invalidConfiguration` for a transaction of another store that lacks a limited type.
     @discardableResult
     public func authorize(_ action: GateAction, in tx: StoreTransaction) throws -> GateDecision {
         try? refresh(from: tx)
         _ = clockGuard.referenceMilliseconds
         try? clockGuard.save(in: tx, threshold: 1000)
-        let decision = check(action, in: tx)
+        let decision: GateDecision
+        do {
+            decision = try decide(action, in: tx)
+        } catch {
+            throw countingFailed(action, tx.store, error)
+        }
         guard decision.isAllowed else {
             throw GateError(.denied, "gate: \(describe(action)) denied: \(decision.denial!) (tier \(decision.tier.rawValue), \(decision.reason.rawValue))",
                             decision: decision)
         }
         return decision
+    }
+
+    /// ``check(_:in:)``, throwing what stopped the counts.
+    private func decide<S: StoreReading>(_ action: GateAction, in reading: S) throws -> GateDecision {
+        let access = access(at: clockGuard.referenceMilliseconds)
+        saveClockInBackgroundIfMoved()
+        if let decision = decideWithoutCounts(action, access) { return decision }
+        return try decideCreation(action, access, reading)
+    }
+
+    /// Why the limits of `action` could not be counted in `store`: a ``GateError`` as it is
+    /// (a limited type another store lacks), anything else as `.storage` with the cause.
+    private func countingFailed(_ action: GateAction, _ store: Store, _ error: any Error) -> GateError {
+        if let error = error as? GateError { return error }
+        let cause = (error as? StoreError)?.message ?? "\(error)"
+        let named = cause.contains(store.path) ? cause : "store \(store.path): \(cause)"
+        return GateError(.storage, "gate: \(describe(action)) refused, not decided: its free-tier limits could not be counted: \(named); check the store (stash verify)",
+                         underlying: error)
     }
 
     private func decideWithoutCounts(_ action: GateAction, _ access: Access) -> GateDecision? {

@@ -264,12 +264,16 @@ struct NamedLimitCounter: LimitCounter {
         return try reading.count(typeNamed: type, where: [QueryCondition(field: field, op: .equal, value: .uuid(parent.uuid))])
     }
 
-    /// Walks every record of the type: a named counter has no typed index handle to follow.
-    /// Records without a parent belong to no group, as for a typed limit, and so do values
-    /// that are not record ids (a field whose kind was unknown at open), which
-    /// ``count(_:parent:)`` never counts either.
+    /// Walks the index on the parent field, as a typed limit does when it cannot start from
+    /// `base` (reading no record: one that cannot be decoded does not deny every creation);
+    /// without such an index, every record of the type. Records without a parent belong to no
+    /// group, as for a typed limit, and so do values that are not record ids (a field whose
+    /// kind was unknown at open), which ``count(_:parent:)`` never counts either.
     func groupsOver<S: StoreReading>(_ maximum: Int, _ reading: S, since base: GroupsOver.Base?) throws -> GroupsOver {
         guard let field else { return GroupsOver(walkedAny: try total(reading) > maximum) }
+        if let groups = try reading.groups(typeNamed: type, field: field, largerThan: maximum) {
+            return GroupsOver(parents: groups.map(\.value), walked: true)
+        }
         var groups: [UUID: Int] = [:]
         try reading.forEachRecord(typeNamed: type) { record in
             if case .uuid(let parent)? = record.fields[field] { groups[parent, default: 0] += 1 }

@@ -177,18 +177,31 @@ struct Gate: ParsableCommand {
                 printLine("limit       \(homeType): \(homes) of \(maxHomes)\(homes > maxHomes ? " (over the free limit)" : "")")
             }
             if snapshot.schema.type(named: itemType) != nil {
-                var groups: [FieldValue: Int] = [:]
-                try snapshot.forEachRecord(typeNamed: itemType) { record in
-                    // As the gate counts: a record without a parent is in no group.
-                    if let parent = record.fields[parentField], parent != .null { groups[parent, default: 0] += 1 }
-                    return true
+                do {
+                    let largest = try largestGroup(snapshot)
+                    printLine("limit       \(itemType) per \(parentField): largest \(largest) of \(maxItems)\(largest > maxItems ? " (over the free limit)" : "")")
+                } catch let error as StoreError {
+                    printLine("limit       \(itemType) per \(parentField): cannot be counted: \(error.message)")
                 }
-                let largest = groups.values.max() ?? 0
-                printLine("limit       \(itemType) per \(parentField): largest \(largest) of \(maxItems)\(largest > maxItems ? " (over the free limit)" : "")")
             }
         }
         let decision = gate.check(.create(typeNamed: itemType))
-        printLine("creation    \(decision.isAllowed ? "allowed" : "denied: \(decision.denial!)")")
+        printLine("creation    \(decision.isAllowed ? "allowed" : "denied: \(decision.denial!)")" + (decision.error.map { "; \($0)" } ?? ""))
+    }
+
+    /// The most items one parent holds, as the gate counts them: through the index on the
+    /// parent field when there is one (no record read), otherwise from every record; a record
+    /// without a parent id is in no group.
+    private func largestGroup(_ snapshot: StoreSnapshot) throws -> Int {
+        if let groups = try snapshot.groups(typeNamed: itemType, field: parentField, largerThan: 0) {
+            return groups.map(\.count).max() ?? 0
+        }
+        var groups: [UUID: Int] = [:]
+        try snapshot.forEachRecord(typeNamed: itemType) { record in
+            if case .uuid(let parent)? = record.fields[parentField] { groups[parent, default: 0] += 1 }
+            return true
+        }
+        return groups.values.max() ?? 0
     }
 
     private func canCreate(_ gate: FeatureGate) throws {
