@@ -66,6 +66,8 @@ public final class FeatureGate: Sendable {
     let backgroundSave = Atomic(false)
 
     static let firstLaunchKey = "gate.firstLaunch"
+    /// Which snapshot (of which user) last settled the stored clock (``settledMarker(_:)``).
+    static let clockSettledByKey = "gate.clock.settledBy"
 
     struct HotState: Sendable {
         var summary = AccessSummary()
@@ -303,6 +305,7 @@ public final class FeatureGate: Sendable {
                     // that it is not an old one replayed).
                     let settled = milliseconds(snapshot.serverTime)
                     try clockGuard.settle(at: settled, in: tx)
+                    try tx.setMetadata(settledMarker(snapshot.sequence), for: Self.clockSettledByKey)
                     // A first launch recorded past the server's time (a clock set ahead at
                     // install) would hold a local trial open until real time got there.
                     if let first = try tx.metadata(for: Self.firstLaunchKey).flatMap(decodeInt64), first > settled {
@@ -339,8 +342,23 @@ public final class FeatureGate: Sendable {
         if stored == cache.withLock({ $0.storedBytes }) { return }
         let before = cache.withLock { $0.snapshot?.sequence }
         load(stored, origin: .cached, keepValidOnFailure: true)
-        // Another process applied a newer snapshot, and settled the clock with it.
-        if let before, let now = cache.withLock({ $0.snapshot?.sequence }), now > before { try clockGuard.adopt(from: reading) }
+        guard let now = cache.withLock({ $0.snapshot?.sequence }), before.map({ now > $0 }) ?? true else { return }
+        // Another process applied a newer snapshot, and settled the clock with it. Every apply
+        // newer than a snapshot in force settles; from none, the one loaded may be the first
+        // ever, which settles nothing (it vouches for no time): the marker tells.
+        if try before != nil || reading.metadata(for: Self.clockSettledByKey) == settledMarker(now) {
+            try clockGuard.adopt(from: reading)
+        }
+        // It may have brought the first launch down too (never up: the minimum is kept).
+        if let first = try reading.metadata(for: Self.firstLaunchKey).flatMap(decodeInt64) {
+            hot.withLock { $0.firstLaunch = min($0.firstLaunch, first) }
+        }
+    }
+
+    /// The value of ``clockSettledByKey`` once snapshot `sequence` of this gate's user
+    /// settled the clock.
+    private func settledMarker(_ sequence: UInt64) -> [UInt8] {
+        Array(snapshotKey.utf8) + encodeInt64(Int64(bitPattern: sequence))
     }
 
     /// The current snapshot (nil when there is none or the cached one was rejected).

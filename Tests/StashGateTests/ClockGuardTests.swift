@@ -96,6 +96,37 @@ import Testing
         #expect(try EntitlementSnapshot(decoding: signedNaN.payload).serverTime == Date(timeIntervalSince1970: 0))
     }
 
+    /// Another process (here a second gate on the store) settled the clock and the first
+    /// launch with a newer snapshot while this gate had no snapshot in force: the gate took
+    /// the snapshot but kept its clock and first launch a year ahead, so the subscription
+    /// looked expired here while the other process granted it, and the 7-day local trial
+    /// stayed open here for a year. A snapshot that settled the clock is recognized now.
+    @Test func aClockSettledByAnotherProcessIsAdoptedWithoutASnapshotBefore() throws {
+        let f = try Fixture(start: instant(365 * day)) { $0.trialLength = 7 * Double(day / 1000) }
+        let none = try FeatureGate.open(f.store, configuration: f.configuration)    // no snapshot until #2
+        let other = try FeatureGate.open(f.store, configuration: f.configuration)   // #1, then #2
+        f.clock.set(instant(day))   // the clock put right
+        try f.gate.apply(try signed([Tx.subscription("t1", expires: 30 * day)], sequence: 1, server: 0))
+        #expect(f.gate.entitlement().status.state == .expired, "the first snapshot vouches for nothing")
+        other.refresh()
+        #expect(other.snapshot?.sequence == 1)
+        #expect(other.clockGuard.referenceTime == instant(365 * day), "nor does it in another process")
+        try f.gate.apply(try signed([Tx.subscription("t1", expires: 30 * day)], sequence: 2, server: day))
+        #expect(f.gate.entitlement().status.state == .subscribed)
+        for (name, gate) in [("none", none), ("other", other)] {
+            gate.refresh()
+            #expect(gate.snapshot?.sequence == 2, "\(name)")
+            #expect(gate.clockGuard.referenceTime == instant(day), "\(name)")
+            #expect(gate.entitlement().status.state == .subscribed, "\(name): \(gate.entitlement())")
+            #expect(gate.firstLaunch == instant(day), "\(name)")
+        }
+        f.clock.set(instant(31 * day))
+        for (name, gate) in [("applying", f.gate), ("none", none), ("other", other)] {
+            #expect(gate.tier == .free, "\(name)")
+            #expect(gate.trialStatus().state == .expired, "\(name)")
+        }
+    }
+
     /// The clock set a year ahead at install, then put right: the first launch was recorded a
     /// year ahead, so a 7-day local trial stayed open for a year. A newer snapshot brings the
     /// first launch down to its server time with the clock.
