@@ -60,8 +60,31 @@ extension StoreReading {
     /// instead of walking again.
     public func groups<R: Record>(_ index: IndexHandle<R, RecordID>, largerThan size: Int) throws -> [(value: RecordID, count: Int)] {
         try index.confirm(in: reader.catalog, store: reader.path)
+        return try recordIDGroups(index.database, StoreKeys.indexPrefix(index.typeTag, index.indexTag), largerThan: size)
+    }
+
+    /// ``groups(_:largerThan:)`` by stored names, for schema-driven code: the groups of the
+    /// index on `field` alone of the stored type `type`, a field of record ids. Reads the
+    /// index only, never a record. nil when no index holds `field` alone (count from the
+    /// records then).
+    /// - Throws: `.unknownType`, `.unknownField`, and `.invalidValue` for a field whose values
+    ///   are not record ids (uuid).
+    public func groups(typeNamed type: String, field: String, largerThan size: Int) throws -> [(value: RecordID, count: Int)]? {
+        let layout = try reader.layout(type)
+        guard let fieldSchema = layout.schema.field(named: field) else {
+            let known = layout.schema.fields.map(\.name).sorted().joined(separator: ", ")
+            throw StoreError(.unknownField, "store \(reader.path): \(type) has no field '\(field)' (fields: \(known))")
+        }
+        if let kind = fieldSchema.kind, kind != .uuid {
+            throw StoreError(.invalidValue, "store \(reader.path): \(type).\(field) is a \(kind.rawValue) field; groups(typeNamed:field:largerThan:) groups record ids (uuid)")
+        }
+        guard let index = layout.schema.indexes.first(where: { $0.fields == [field] }) else { return nil }
+        return try recordIDGroups(reader.dbs.index, StoreKeys.indexPrefix(layout.schema.tag, index.tag), largerThan: size)
+    }
+
+    private func recordIDGroups(_ database: Database, _ prefix: KeyBytes, largerThan size: Int) throws -> [(value: RecordID, count: Int)] {
         var result: [(value: RecordID, count: Int)] = []
-        try reader.txn.forEachKeyWithCount(index.database, prefix: StoreKeys.indexPrefix(index.typeTag, index.indexTag)) { key, count in
+        try reader.txn.forEachKeyWithCount(database, prefix: prefix) { key, count in
             // The key ends with the field's component: a presence byte, then the id's 16 bytes.
             if count > size, key.count >= 17, key[key.count - 17] == 1, let value = RecordID(bytes: key[(key.count - 16)...]) {
                 result.append((value, count))

@@ -15,7 +15,12 @@ import Synchronization
 /// highest time seen comes down to that snapshot's server time (``settle(at:in:)``).
 ///
 /// The highest time seen is saved under the metadata key `gate.clock` whenever the gate
-/// writes (open, snapshots, authorized writes, credits) and by ``FeatureGate/updates()``.
+/// writes (open, snapshots, authorized writes, credit spends and grants), by
+/// ``FeatureGate/updates()``, and in the background once it moved by a minute when the gate
+/// reads the clock (``FeatureGate/check(_:)``, ``FeatureGate/tier``,
+/// ``FeatureGate/entitlement()``, ``FeatureGate/trialStatus()``). Call
+/// ``FeatureGate/persistClock()`` when the app goes to the background: a background save
+/// may not have run when the app is killed.
 public final class ClockGuard: Sendable {
     /// The wall clock.
     public let wall: @Sendable () -> Date

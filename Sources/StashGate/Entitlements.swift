@@ -271,8 +271,6 @@ struct AccessSummary: Sendable, Equatable {
     }
 }
 
-/// Milliseconds since 1970 of `date`, rounded down (with a microsecond of slack for the
-/// binary representation of whole milliseconds).
 /// `a - b` in milliseconds, saturating: instants from a snapshot or the store may be anywhere
 /// in the range (a hostile or damaged value must not trap every launch).
 func millisecondsBetween(_ a: Int64, _ b: Int64) -> Int64 {
@@ -295,7 +293,14 @@ func milliseconds(seconds: Double) -> Int64 {
     return Int64(value)
 }
 
+/// Milliseconds since 1970 of `date`, rounded down (with a microsecond of slack for the
+/// binary representation of whole milliseconds), saturating.
+///
+/// NaN (a clock or a purchase date computed from bad input) counts as 0, as in
+/// ``milliseconds(seconds:)``: a NaN wall clock leaves the reference time at the highest time
+/// seen, and a NaN expiry or revocation lies in the past.
 func milliseconds(_ date: Date) -> Int64 {
+    guard !date.timeIntervalSince1970.isNaN else { return 0 }
     let value = (date.timeIntervalSince1970 * 1000 + 0.001).rounded(.down)
     if value >= Double(Int64.max) { return Int64.max }
     if value <= Double(Int64.min) { return Int64.min }

@@ -88,6 +88,7 @@ extension FeatureGate {
     @discardableResult
     public func spendCredit(operationID: String, in tx: StoreTransaction) throws -> CreditSpend {
         try requireCredits()
+        try saveClock(in: tx)
         let operation = operationRecordID(operationID)
         var account = try ensureAccount(in: tx)
         if try tx.get(CreditOperation.self, id: operation) != nil { return .alreadySpent(remaining: account.balance) }
@@ -109,21 +110,41 @@ extension FeatureGate {
     }
 
     /// Adds `amount` credits once per `grantID` (a purchase id, a promotion): granting the
-    /// same id again, here or on another device, adds nothing. - Returns: false when the
-    /// grant was already there.
-    /// - Throws: `.invalidConfiguration` for the ids the gate keeps for itself ("free", and
-    ///   "purchase:…" for snapshot packs): such a grant would merge with the gate's own and
-    ///   add only the difference.
+    /// same id again, here or on another device, adds nothing more.
+    ///
+    /// A grant id holds one amount, the highest it was given: granting it again with a
+    /// higher amount raises it and adds the difference (two devices that granted it with
+    /// different amounts hold the highest after a sync), with the same or a lower amount it
+    /// adds nothing.
+    /// - Returns: the credits this call added: `amount` for a new grant, the difference for a
+    ///   raised one, 0 when the grant already held `amount` or more.
+    /// - Throws: `.invalidConfiguration` for an `amount` of 0 or less (a grant never takes
+    ///   credits away), and for the ids the gate keeps for itself ("free", and "purchase:…"
+    ///   for snapshot packs): such a grant would merge with the gate's own and add only the
+    ///   difference.
     @discardableResult
-    public func grantCredits(_ amount: Int, grantID: String, in tx: StoreTransaction) throws -> Bool {
+    public func grantCredits(_ amount: Int, grantID: String, in tx: StoreTransaction) throws -> Int {
         try requireCredits()
+        guard amount > 0 else {
+            throw GateError(.invalidConfiguration, "gate: grant '\(grantID)' of \(amount) credits refused: a grant adds 1 credit or more (user \(configuration.userID))")
+        }
         if grantID == "free" || grantID.hasPrefix("purchase:") {
             throw GateError(.invalidConfiguration, "gate: grant id '\(grantID)' is one the gate keeps for itself (\"free\", \"purchase:…\"); give the grant an id of its own, such as \"promo:\(grantID)\"")
         }
+        try saveClock(in: tx)
         var account = try ensureAccount(in: tx)
-        guard setGrant(&account.credits, grantID, increments: Int64(amount), decrements: 0) else { return false }
+        let granted = account.credits.sites[grantSite(grantID).description]?.increments ?? 0
+        guard setGrant(&account.credits, grantID, increments: Int64(amount), decrements: 0) else { return 0 }
         try tx.update(account)
-        return true
+        return Int(Int64(amount) - granted)
+    }
+
+    /// Saves the highest time seen in a credit write, as ``authorize(_:in:)`` does: an app
+    /// whose only gate writes are spends keeps the clock it saw (the save is counted as done
+    /// only if `tx` commits).
+    private func saveClock(in tx: StoreTransaction) throws {
+        _ = clockGuard.referenceMilliseconds
+        try clockGuard.save(in: tx, threshold: 1000)
     }
 
     /// Credits consumable purchases of a snapshot once each, and takes back refunded ones.

@@ -111,8 +111,9 @@ extension FeatureGate {
     }
 
     /// Saves the highest time seen now. Call it when the app goes to the background or
-    /// quits; the gate also saves it at open, with snapshots, authorized writes and credits,
-    /// and in the background once it moved by a minute.
+    /// quits; the gate also saves it at open, with snapshots, authorized writes, credit spends
+    /// and grants, and in the background once it moved by a minute when checks, ``tier``,
+    /// ``entitlement()`` or ``trialStatus()`` read it (see ``ClockGuard``).
     public func persistClock() throws {
         _ = clockGuard.referenceMilliseconds
         guard clockGuard.needsSave(threshold: 1) else { return }
@@ -127,8 +128,9 @@ extension FeatureGate {
         _ = try? store.write(author: "gate") { tx in try clockGuard.save(in: tx, threshold: threshold) }
     }
 
-    /// From the hot path: when the reference time moved by a minute since the last save,
-    /// saves it on a background queue (never inside the caller's transaction).
+    /// From the hot path (checks, ``tier``, ``entitlement()``, ``trialStatus()``): when the
+    /// reference time moved by a minute since the last save, saves it on a background thread
+    /// (never inside the caller's transaction, which may be a write of this store).
     func saveClockInBackgroundIfMoved() {
         guard clockGuard.needsSave(threshold: 60_000) else { return }
         guard backgroundSave.compareExchange(expected: false, desired: true, ordering: .acquiringAndReleasing).exchanged else { return }

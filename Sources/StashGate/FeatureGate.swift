@@ -66,6 +66,8 @@ public final class FeatureGate: Sendable {
     let backgroundSave = Atomic(false)
 
     static let firstLaunchKey = "gate.firstLaunch"
+    /// Which snapshot (of which user) last settled the stored clock (``settledMarker(_:)``).
+    static let clockSettledByKey = "gate.clock.settledBy"
 
     struct HotState: Sendable {
         var summary = AccessSummary()
@@ -303,6 +305,7 @@ public final class FeatureGate: Sendable {
                     // that it is not an old one replayed).
                     let settled = milliseconds(snapshot.serverTime)
                     try clockGuard.settle(at: settled, in: tx)
+                    try tx.setMetadata(settledMarker(snapshot.sequence), for: Self.clockSettledByKey)
                     // A first launch recorded past the server's time (a clock set ahead at
                     // install) would hold a local trial open until real time got there.
                     if let first = try tx.metadata(for: Self.firstLaunchKey).flatMap(decodeInt64), first > settled {
@@ -339,8 +342,23 @@ public final class FeatureGate: Sendable {
         if stored == cache.withLock({ $0.storedBytes }) { return }
         let before = cache.withLock { $0.snapshot?.sequence }
         load(stored, origin: .cached, keepValidOnFailure: true)
-        // Another process applied a newer snapshot, and settled the clock with it.
-        if let before, let now = cache.withLock({ $0.snapshot?.sequence }), now > before { try clockGuard.adopt(from: reading) }
+        guard let now = cache.withLock({ $0.snapshot?.sequence }), before.map({ now > $0 }) ?? true else { return }
+        // Another process applied a newer snapshot, and settled the clock with it. Every apply
+        // newer than a snapshot in force settles; from none, the one loaded may be the first
+        // ever, which settles nothing (it vouches for no time): the marker tells.
+        if try before != nil || reading.metadata(for: Self.clockSettledByKey) == settledMarker(now) {
+            try clockGuard.adopt(from: reading)
+        }
+        // It may have brought the first launch down too (never up: the minimum is kept).
+        if let first = try reading.metadata(for: Self.firstLaunchKey).flatMap(decodeInt64) {
+            hot.withLock { $0.firstLaunch = min($0.firstLaunch, first) }
+        }
+    }
+
+    /// The value of ``clockSettledByKey`` once snapshot `sequence` of this gate's user
+    /// settled the clock.
+    private func settledMarker(_ sequence: UInt64) -> [UInt8] {
+        Array(snapshotKey.utf8) + encodeInt64(Int64(bitPattern: sequence))
     }
 
     /// The current snapshot (nil when there is none or the cached one was rejected).
@@ -350,7 +368,9 @@ public final class FeatureGate: Sendable {
 
     /// The premium entitlement at the guarded reference time, with the reason. Never throws.
     public func entitlement() -> EntitlementDecision {
-        entitlement(at: clockGuard.referenceMilliseconds)
+        let reference = clockGuard.referenceMilliseconds
+        saveClockInBackgroundIfMoved()
+        return entitlement(at: reference)
     }
 
     func entitlement(at reference: Int64) -> EntitlementDecision {
@@ -410,7 +430,11 @@ public final class FeatureGate: Sendable {
     }
 
     /// The tier in force now.
-    public var tier: Tier { access(at: clockGuard.referenceMilliseconds).tier }
+    public var tier: Tier {
+        let reference = clockGuard.referenceMilliseconds
+        saveClockInBackgroundIfMoved()
+        return access(at: reference).tier
+    }
 
     /// The tier a feature belongs to.
     public func tier(of feature: Feature) -> Tier {
@@ -423,6 +447,7 @@ public final class FeatureGate: Sendable {
     /// or a free-trial offer in the snapshot, whichever ends later.
     public func trialStatus() -> TrialStatus {
         let reference = clockGuard.referenceMilliseconds
+        saveClockInBackgroundIfMoved()
         let state = hot.withLock { $0 }
         var ends: [(Int64, TrialStatus.Source)] = []
         if let trialLength, state.firstLaunch != Int64.min { ends.append((millisecondsAdding(state.firstLaunch, trialLength), .firstLaunch)) }
@@ -441,7 +466,9 @@ public final class FeatureGate: Sendable {
     // MARK: Checks
 
     /// Decides `action` now. Limit counts are read in one recycled read transaction
-    /// (O(1) index counts); feature and view checks touch no storage. Never throws.
+    /// (O(1) index counts); feature and view checks touch no storage. Never throws: counts
+    /// that cannot be read deny with ``DenialReason/checkFailed`` and the cause in
+    /// ``GateDecision/error``.
     ///
     /// For a creation that must not race other writers, use ``authorize(_:in:)`` inside the
     /// write transaction instead.
@@ -452,21 +479,20 @@ public final class FeatureGate: Sendable {
         do {
             return try store.read { snapshot in try decideCreation(action, access, snapshot) }
         } catch {
-            return .deny(.checkFailed, Access(isPremium: false, reason: .error, trialEnded: false))
+            return .checkFailed(countingFailed(action, store, error))
         }
     }
 
     /// Decides `action` with the counts `reading` sees (a snapshot or a write transaction).
-    /// A reading of another store than the gate's is counted afresh: the counts the gate keeps
-    /// between checks are its own store's.
+    /// A reading of another store than the gate's is counted afresh, through that store's
+    /// types and indexes (looked up at each such check): the counts and handles the gate
+    /// keeps are its own store's, and another store may have given its types other tags.
+    /// Never throws, as ``check(_:)``.
     public func check<S: StoreReading>(_ action: GateAction, in reading: S) -> GateDecision {
-        let access = access(at: clockGuard.referenceMilliseconds)
-        saveClockInBackgroundIfMoved()
-        if let decision = decideWithoutCounts(action, access) { return decision }
         do {
-            return try decideCreation(action, access, reading)
+            return try decide(action, in: reading)
         } catch {
-            return .deny(.checkFailed, Access(isPremium: false, reason: .error, trialEnded: false))
+            return .checkFailed(countingFailed(action, reading.store, error))
         }
     }
 
@@ -476,18 +502,45 @@ public final class FeatureGate: Sendable {
     /// sees the first one's record.
     ///
     /// Also picks up a snapshot cached by another process and saves the highest time seen.
-    /// - Throws: ``GateError`` `.denied` with the ``GateError/decision``; the transaction rolls back.
+    /// - Throws: ``GateError`` (the transaction rolls back): `.denied` with the
+    ///   ``GateError/decision``; `.storage` when the limit counts could not be read, with the
+    ///   cause in ``GateError/underlying`` (a storage fault, or a record that cannot be
+    ///   decoded, which the message names), not a denial to show a paywall for;
+    ///   `.invalidConfiguration` for a transaction of another store that lacks a limited type.
     @discardableResult
     public func authorize(_ action: GateAction, in tx: StoreTransaction) throws -> GateDecision {
         try? refresh(from: tx)
         _ = clockGuard.referenceMilliseconds
         try? clockGuard.save(in: tx, threshold: 1000)
-        let decision = check(action, in: tx)
+        let decision: GateDecision
+        do {
+            decision = try decide(action, in: tx)
+        } catch {
+            throw countingFailed(action, tx.store, error)
+        }
         guard decision.isAllowed else {
             throw GateError(.denied, "gate: \(describe(action)) denied: \(decision.denial!) (tier \(decision.tier.rawValue), \(decision.reason.rawValue))",
                             decision: decision)
         }
         return decision
+    }
+
+    /// ``check(_:in:)``, throwing what stopped the counts.
+    private func decide<S: StoreReading>(_ action: GateAction, in reading: S) throws -> GateDecision {
+        let access = access(at: clockGuard.referenceMilliseconds)
+        saveClockInBackgroundIfMoved()
+        if let decision = decideWithoutCounts(action, access) { return decision }
+        return try decideCreation(action, access, reading)
+    }
+
+    /// Why the limits of `action` could not be counted in `store`: a ``GateError`` as it is
+    /// (a limited type another store lacks), anything else as `.storage` with the cause.
+    private func countingFailed(_ action: GateAction, _ store: Store, _ error: any Error) -> GateError {
+        if let error = error as? GateError { return error }
+        let cause = (error as? StoreError)?.message ?? "\(error)"
+        let named = cause.contains(store.path) ? cause : "store \(store.path): \(cause)"
+        return GateError(.storage, "gate: \(describe(action)) refused, not decided: its free-tier limits could not be counted: \(named); check the store (stash verify)",
+                         underlying: error)
     }
 
     private func decideWithoutCounts(_ action: GateAction, _ access: Access) -> GateDecision? {
@@ -513,6 +566,9 @@ public final class FeatureGate: Sendable {
         // The caches hold this gate's store's counts, by its history sequence: a reading of
         // another store (whose sequences mean other states) is counted afresh and not kept.
         let ownStore = reading.store === store
+        // The rules were resolved against this store: its type and index tags name other
+        // types, or nothing, in a store whose schema grew in another order.
+        let rules = ownStore ? self.rules : try self.rules.map { try $0.resolved(in: reading.store) }
         let isSnapshot = ownStore && S.self == StoreSnapshot.self
         var sequence = isSnapshot && readsSequenceFirst.load(ordering: .relaxed) ? try reading.historyBounds().current.sequence : nil
         var reached: DenialReason?

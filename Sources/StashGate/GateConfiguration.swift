@@ -102,7 +102,9 @@ public struct LimitRule: Sendable {
                          typeKey: ObjectIdentifier(type), counter: counter)
     }
 
-    /// The same limits by stored names, for schema-driven code (the CLI).
+    /// The same limits by stored names, for schema-driven code (the CLI). `parentField`
+    /// holds the parent's record id (a uuid field), as the key path of a typed limit does;
+    /// ``FeatureGate/open(_:configuration:)`` refuses a field of another kind.
     public static func maxRecords(typeNamed name: String, _ maximum: Int, perField parentField: String? = nil) -> LimitRule {
         LimitRule(typeName: name, maximum: maximum, parentField: parentField, typeKey: nil,
                   counter: NamedLimitCounter(type: name, field: parentField))
@@ -241,8 +243,16 @@ struct NamedLimitCounter: LimitCounter {
         guard let schema = store.schema.type(named: type) else {
             throw GateError(.invalidConfiguration, "gate limit on \(type): store \(store.path) has no type '\(type)' (known: \(store.schema.types.map(\.name).sorted().joined(separator: ", ")))")
         }
-        if let field, schema.field(named: field) == nil {
-            throw GateError(.invalidConfiguration, "gate limit on \(type): \(type) has no field '\(field)' (fields: \(schema.fields.map(\.name).sorted().joined(separator: ", ")))")
+        if let field {
+            guard let fieldSchema = schema.field(named: field) else {
+                throw GateError(.invalidConfiguration, "gate limit on \(type): \(type) has no field '\(field)' (fields: \(schema.fields.map(\.name).sorted().joined(separator: ", ")))")
+            }
+            // A parent is named by its record id: the check of the parent a creation names
+            // compares ids, so on another kind of field it never fired (one record past the
+            // limit), while the groups over the limit then denied every creation.
+            if let kind = fieldSchema.kind, kind != .uuid {
+                throw GateError(.invalidConfiguration, "gate limit on \(type) per '\(field)': '\(field)' is a \(kind.rawValue) field, and a per-parent limit counts by the parent's record id; name a uuid field (such as the parent's id), or limit \(type) in all")
+            }
         }
         return self
     }
@@ -254,13 +264,19 @@ struct NamedLimitCounter: LimitCounter {
         return try reading.count(typeNamed: type, where: [QueryCondition(field: field, op: .equal, value: .uuid(parent.uuid))])
     }
 
-    /// Walks every record of the type: a named counter has no typed index handle to follow.
-    /// Records without a parent belong to no group, as for a typed limit.
+    /// Walks the index on the parent field, as a typed limit does when it cannot start from
+    /// `base` (reading no record: one that cannot be decoded does not deny every creation);
+    /// without such an index, every record of the type. Records without a parent belong to no
+    /// group, as for a typed limit, and so do values that are not record ids (a field whose
+    /// kind was unknown at open), which ``count(_:parent:)`` never counts either.
     func groupsOver<S: StoreReading>(_ maximum: Int, _ reading: S, since base: GroupsOver.Base?) throws -> GroupsOver {
         guard let field else { return GroupsOver(walkedAny: try total(reading) > maximum) }
-        var groups: [FieldValue: Int] = [:]
+        if let groups = try reading.groups(typeNamed: type, field: field, largerThan: maximum) {
+            return GroupsOver(parents: groups.map(\.value), walked: true)
+        }
+        var groups: [UUID: Int] = [:]
         try reading.forEachRecord(typeNamed: type) { record in
-            if let parent = record.fields[field], parent != .null { groups[parent, default: 0] += 1 }
+            if case .uuid(let parent)? = record.fields[field] { groups[parent, default: 0] += 1 }
             return true
         }
         return GroupsOver(walkedAny: groups.values.contains { $0 > maximum })

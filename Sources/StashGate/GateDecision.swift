@@ -62,7 +62,9 @@ public enum DenialReason: Sendable, Hashable, CustomStringConvertible {
     case trialExpired
     /// Hard gate: the trial is over and there is no subscription; only the paywall is allowed.
     case hardGate
-    /// The limit counts could not be read (a storage error): denied to be safe.
+    /// The limit counts could not be read (a storage error, a record that cannot be
+    /// decoded): denied to be safe. Not a case for the paywall: ``GateDecision/error`` says
+    /// what failed, and ``FeatureGate/authorize(_:in:)`` throws `.storage` with the cause.
     case checkFailed
 
     public var description: String {
@@ -156,18 +158,26 @@ public struct GateDecision: Sendable, Hashable, CustomStringConvertible {
     public let denial: DenialReason?
     public let tier: Tier
     public let reason: EvaluationReason
+    /// For ``DenialReason/checkFailed``: why the counts could not be read, naming the store
+    /// (and the record, when one could not be decoded).
+    public let error: String?
 
     static func allow(_ access: Access) -> GateDecision {
-        GateDecision(isAllowed: true, denial: nil, tier: access.tier, reason: access.reason)
+        GateDecision(isAllowed: true, denial: nil, tier: access.tier, reason: access.reason, error: nil)
     }
 
     static func deny(_ denial: DenialReason, _ access: Access) -> GateDecision {
-        GateDecision(isAllowed: false, denial: denial, tier: access.tier, reason: access.reason)
+        GateDecision(isAllowed: false, denial: denial, tier: access.tier, reason: access.reason, error: nil)
+    }
+
+    /// The counts could not be read: denied, with the cause.
+    static func checkFailed(_ error: GateError) -> GateDecision {
+        GateDecision(isAllowed: false, denial: .checkFailed, tier: .free, reason: .error, error: error.message)
     }
 
     public var description: String {
         let head = isAllowed ? "allowed" : "denied: \(denial!)"
-        return "\(head) (tier \(tier.rawValue), \(reason.rawValue))"
+        return "\(head) (tier \(tier.rawValue), \(reason.rawValue))" + (error.map { "; \($0)" } ?? "")
     }
 }
 

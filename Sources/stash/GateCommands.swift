@@ -127,15 +127,26 @@ struct Gate: ParsableCommand {
             for (n, raw) in String(decoding: data, as: UTF8.self).split(whereSeparator: { $0 == "\n" || $0 == "\r\n" }).enumerated() {
                 let line = raw.trimmingCharacters(in: .whitespaces)
                 if line.isEmpty || line.hasPrefix("#") { continue }
-                let (id, secret) = line.firstIndex(of: "=").map { (String(line[..<$0]), String(line[line.index(after: $0)...])) }
-                    ?? ("default", line)
-                guard let bytes = Data(base64Encoded: secret), !bytes.isEmpty else {
+                guard let (id, key) = Self.parseKey(line) else {
                     throw CommandFailure(message: "key file \(file) line \(n + 1): expected KEYID=BASE64 or BASE64")
                 }
-                keys[id] = Array(bytes)
+                keys[id] = key
             }
         }
         return keys
+    }
+
+    /// A key line: `KEYID=BASE64`, or a bare `BASE64` (key id "default"). Base64 pads with
+    /// '=' (every key whose length is not a multiple of 3 bytes, the recommended 32 included),
+    /// so the line is split at its first '=' only when an id stands before it and a key after
+    /// it: what follows the first '=' of a bare key is padding, which decodes to nothing.
+    static func parseKey(_ line: String) -> (id: String, key: [UInt8])? {
+        if let equals = line.firstIndex(of: "="), equals != line.startIndex,
+           let key = Data(base64Encoded: String(line[line.index(after: equals)...])), !key.isEmpty {
+            return (String(line[..<equals]), Array(key))
+        }
+        guard let key = Data(base64Encoded: line), !key.isEmpty else { return nil }
+        return ("default", Array(key))
     }
 
     // MARK: Verbs
@@ -166,18 +177,31 @@ struct Gate: ParsableCommand {
                 printLine("limit       \(homeType): \(homes) of \(maxHomes)\(homes > maxHomes ? " (over the free limit)" : "")")
             }
             if snapshot.schema.type(named: itemType) != nil {
-                var groups: [FieldValue: Int] = [:]
-                try snapshot.forEachRecord(typeNamed: itemType) { record in
-                    // As the gate counts: a record without a parent is in no group.
-                    if let parent = record.fields[parentField], parent != .null { groups[parent, default: 0] += 1 }
-                    return true
+                do {
+                    let largest = try largestGroup(snapshot)
+                    printLine("limit       \(itemType) per \(parentField): largest \(largest) of \(maxItems)\(largest > maxItems ? " (over the free limit)" : "")")
+                } catch let error as StoreError {
+                    printLine("limit       \(itemType) per \(parentField): cannot be counted: \(error.message)")
                 }
-                let largest = groups.values.max() ?? 0
-                printLine("limit       \(itemType) per \(parentField): largest \(largest) of \(maxItems)\(largest > maxItems ? " (over the free limit)" : "")")
             }
         }
         let decision = gate.check(.create(typeNamed: itemType))
-        printLine("creation    \(decision.isAllowed ? "allowed" : "denied: \(decision.denial!)")")
+        printLine("creation    \(decision.isAllowed ? "allowed" : "denied: \(decision.denial!)")" + (decision.error.map { "; \($0)" } ?? ""))
+    }
+
+    /// The most items one parent holds, as the gate counts them: through the index on the
+    /// parent field when there is one (no record read), otherwise from every record; a record
+    /// without a parent id is in no group.
+    private func largestGroup(_ snapshot: StoreSnapshot) throws -> Int {
+        if let groups = try snapshot.groups(typeNamed: itemType, field: parentField, largerThan: 0) {
+            return groups.map(\.count).max() ?? 0
+        }
+        var groups: [UUID: Int] = [:]
+        try snapshot.forEachRecord(typeNamed: itemType) { record in
+            if case .uuid(let parent)? = record.fields[parentField] { groups[parent, default: 0] += 1 }
+            return true
+        }
+        return groups.values.max() ?? 0
     }
 
     private func canCreate(_ gate: FeatureGate) throws {
@@ -218,7 +242,7 @@ struct Gate: ParsableCommand {
             } catch let error as GateError where error.code == .denied {
                 denied += 1
                 printLine("denied \(error.decision!.denial!)")
-                if repetitions == 1 { FileHandle.standardError.write(Data("stash: \(error.message)\n".utf8)) }
+                if repetitions == 1 { printError("stash: \(error.message)") }
             }
         }
         if denied > 0 { Foundation.exit(3) }

@@ -102,6 +102,77 @@ enum GateCLI {
         #expect(bad.status == 1 && bad.stderr.split(separator: "\n").count == 1)
     }
 
+    /// A bare BASE64 key, documented as key id "default", was split at its first '=': a key
+    /// whose length is not a multiple of 3 bytes (16, 32, 64 …) ends in padding, so the id
+    /// became the key text, the secret "=" did not decode, and the key file was refused.
+    @Test func aBareKeyWithPaddingIsTheDefaultKey() throws {
+        let dir = TemporaryDirectory()
+        let (store, _) = try GateCLI.makeStore(in: dir)
+        let shortKey = Array("0123456789abcdef".utf8)
+        let bare = Data(appKey).base64EncodedString(), short = Data(shortKey).base64EncodedString()
+        try #require(bare.hasSuffix("=") && !bare.hasSuffix("==") && short.hasSuffix("=="))
+        let year = Date().addingTimeInterval(365 * 86_400)
+        var subscription = Tx.subscription("t1", expires: 0)
+        subscription.expiresAt = year
+        // The bare 32-byte key beside a KEYID=BASE64 line; then a bare 16-byte key (two '=').
+        let signers = [("\(bare)\nk2=\(short)\n", "default", appKey), ("\(bare)\nk2=\(short)\n", "k2", shortKey), ("\(short)\n", "default", shortKey)]
+        for (n, (file, keyID, key)) in signers.enumerated() {
+            let keys = dir.sub("app-\(n).keys")
+            try file.write(toFile: keys, atomically: true, encoding: .utf8)
+            let path = dir.sub("snapshot-\(n).json")
+            let snapshot = EntitlementSnapshot(userID: "u1", sequence: UInt64(n + 1), serverTime: Date(), transactions: [subscription])
+            try Data(try HMACSnapshotSigner(keyID: keyID, key: key).sign(snapshot).encoded()).write(to: URL(fileURLWithPath: path))
+            let applied = try GateCLI.run("gate", store, "apply-snapshot", path, "--user", "u1", "--key-file", keys)
+            #expect(applied.status == 0, "key \(keyID) #\(n + 1): \(applied.stderr)")
+            #expect(applied.stdout.contains("applied snapshot #\(n + 1)"), "\(applied.stdout)")
+        }
+    }
+
+    /// One Item record that cannot be read (damaged, or from a newer app): every
+    /// `gate create` printed `denied checkFailed` and exit 3 with no word of the record or the
+    /// cause, and `gate status` failed, although `homeID` is indexed. The limits by name walk
+    /// the index now; a count that needs the records says which one failed, and why.
+    @Test func anUnreadableRecordIsNamedNotAPaywall() throws {
+        let dir = TemporaryDirectory()
+        let schemaPath = dir.sub("schema.json")
+        try """
+        {"types": [
+          {"name": "Home", "fields": [{"name": "name", "kind": "string"}]},
+          {"name": "Item", "fields": [{"name": "homeID", "kind": "uuid"}, {"name": "ownerID", "kind": "uuid"},
+                                      {"name": "name", "kind": "string"}],
+           "indexes": [{"fields": ["homeID"]}]}
+        ]}
+        """.write(toFile: schemaPath, atomically: true, encoding: .utf8)
+        let store = dir.sub("store")
+        #expect(try GateCLI.run("init", store, "--schema", schemaPath).status == 0)
+        let (home, owner) = (UUID().uuidString, UUID().uuidString)
+        let item = #"{"homeID": "\#(home)", "ownerID": "\#(owner)", "name": "lamp {n}"}"#
+        let created = try GateCLI.run("gate", store, "create", "Item", item, "--repeat", "3")
+        #expect(created.status == 0, "\(created.stderr)")
+        let ids = created.stdout.split(separator: "\n").map { String($0.dropFirst("created ".count)) }
+        try #require(ids.count == 3)
+        try damageRecord(try #require(RecordID(string: ids[1])), inStoreAt: store)
+
+        // Through the index on homeID: the damaged record is never read.
+        let status = try GateCLI.run("gate", store, "status", "--max-items", "2")
+        #expect(status.status == 0, "\(status.stderr)")
+        #expect(status.stdout.contains("limit       Item per homeID: largest 3 of 2 (over the free limit)"), "\(status.stdout)")
+        let home2 = try GateCLI.run("gate", store, "can-create", "Home", "--max-items", "2")
+        #expect(home2.status == 3 && home2.stdout.hasPrefix("denied: overLimit"), "\(home2.stdout) \(home2.stderr)")
+        #expect(try GateCLI.run("gate", store, "create", "Home", #"{"name": "Flat"}"#).status == 0)
+
+        // By ownerID, which no index holds: the records are read, and the failure names one.
+        let check = try GateCLI.run("gate", store, "can-create", "Home", "--parent-field", "ownerID", "--max-items", "2")
+        #expect(check.status == 3)
+        #expect(check.stdout.hasPrefix("denied: checkFailed") && check.stdout.contains(ids[1]), "\(check.stdout)")
+        let create = try GateCLI.run("gate", store, "create", "Item", item, "--parent-field", "ownerID", "--max-items", "2")
+        #expect(create.status == 1, "\(create.stdout)")
+        #expect(!create.stdout.contains("denied"), "\(create.stdout)")
+        #expect(create.stderr.contains("creating Item") && create.stderr.contains(ids[1]) && create.stderr.contains("cannot be decoded"),
+                "\(create.stderr)")
+        #expect(create.stderr.split(separator: "\n").count == 1, "\(create.stderr)")
+    }
+
     @Test func demoTellsTheGatingStory() throws {
         let dir = TemporaryDirectory()
         let result = try GateCLI.run("gate", dir.sub("demo"), "demo")

@@ -65,6 +65,68 @@ import Testing
         #expect(try g.relaunch().tier == .free)
     }
 
+    /// A NaN date trapped where dates become milliseconds (infinities saturated, NaN did not):
+    /// a wall clock answering NaN crashed every check and the gate's open, a NaN expiry or
+    /// revocation crashed `Entitlements.status`, and a NaN server time crashed the signer.
+    /// NaN counts as the instant 0 now, as a NaN duration counts as 0: the reference time
+    /// stays at the highest time seen, and a NaN end grants nothing.
+    @Test func nanDatesDoNotTrap() throws {
+        let nan = Date(timeIntervalSince1970: .nan)
+        let f = try Fixture(start: instant(0))
+        try f.gate.apply(try signed([Tx.subscription("t1", expires: 30 * day)], server: 0))
+        f.clock.set(instant(day))
+        #expect(f.gate.tier == .premium)
+        f.clock.set(nan)
+        #expect(f.gate.tier == .premium)
+        #expect(f.gate.clockGuard.referenceTime == instant(day))
+        #expect(f.gate.check(.use("intervalTimer")).isAllowed)
+        #expect(f.gate.entitlement().status.state == .subscribed)
+        let g = try Fixture(start: nan)
+        #expect(g.gate.tier == .free)
+        #expect(g.gate.check(.create(Home.self)).isAllowed)
+
+        var endless = Tx.subscription("t2", expires: 30 * day)
+        endless.expiresAt = nan
+        #expect(!Entitlements.isActive("pro", in: [endless], at: instant(day)))
+        var refunded = Tx.subscription("t3", expires: 30 * day)
+        refunded.revokedAt = nan
+        #expect(Entitlements.status(of: "pro", in: [refunded], at: instant(day)).state == .revoked)
+        #expect(Entitlements.status(of: "pro", in: [Tx.lifetime("l1")], at: nan).state == .lifetime)
+        let signedNaN = try signer.sign(EntitlementSnapshot(userID: "u1", sequence: 1, serverTime: nan, transactions: []))
+        #expect(try EntitlementSnapshot(decoding: signedNaN.payload).serverTime == Date(timeIntervalSince1970: 0))
+    }
+
+    /// Another process (here a second gate on the store) settled the clock and the first
+    /// launch with a newer snapshot while this gate had no snapshot in force: the gate took
+    /// the snapshot but kept its clock and first launch a year ahead, so the subscription
+    /// looked expired here while the other process granted it, and the 7-day local trial
+    /// stayed open here for a year. A snapshot that settled the clock is recognized now.
+    @Test func aClockSettledByAnotherProcessIsAdoptedWithoutASnapshotBefore() throws {
+        let f = try Fixture(start: instant(365 * day)) { $0.trialLength = 7 * Double(day / 1000) }
+        let none = try FeatureGate.open(f.store, configuration: f.configuration)    // no snapshot until #2
+        let other = try FeatureGate.open(f.store, configuration: f.configuration)   // #1, then #2
+        f.clock.set(instant(day))   // the clock put right
+        try f.gate.apply(try signed([Tx.subscription("t1", expires: 30 * day)], sequence: 1, server: 0))
+        #expect(f.gate.entitlement().status.state == .expired, "the first snapshot vouches for nothing")
+        other.refresh()
+        #expect(other.snapshot?.sequence == 1)
+        #expect(other.clockGuard.referenceTime == instant(365 * day), "nor does it in another process")
+        try f.gate.apply(try signed([Tx.subscription("t1", expires: 30 * day)], sequence: 2, server: day))
+        #expect(f.gate.entitlement().status.state == .subscribed)
+        for (name, gate) in [("none", none), ("other", other)] {
+            gate.refresh()
+            #expect(gate.snapshot?.sequence == 2, "\(name)")
+            #expect(gate.clockGuard.referenceTime == instant(day), "\(name)")
+            #expect(gate.entitlement().status.state == .subscribed, "\(name): \(gate.entitlement())")
+            #expect(gate.firstLaunch == instant(day), "\(name)")
+        }
+        f.clock.set(instant(31 * day))
+        for (name, gate) in [("applying", f.gate), ("none", none), ("other", other)] {
+            #expect(gate.tier == .free, "\(name)")
+            #expect(gate.trialStatus().state == .expired, "\(name)")
+        }
+    }
+
     /// The clock set a year ahead at install, then put right: the first launch was recorded a
     /// year ahead, so a 7-day local trial stayed open for a year. A newer snapshot brings the
     /// first launch down to its server time with the clock.
@@ -129,11 +191,46 @@ import Testing
         let deadline = Date().addingTimeInterval(120)   // generous: other test targets may hog the pool
         var stored: Int64?
         while Date() < deadline {
-            stored = try f.store.metadata(for: "gate.clock").map { bytes in bytes.enumerated().reduce(Int64(0)) { $0 | Int64($1.element) << (8 * Int64($1.offset)) } }
+            stored = try storedClock(f.store)
             if stored == t0 + 2 * day { break }
             try await Task.sleep(for: .milliseconds(10))
         }
         #expect(stored == t0 + 2 * day)
+    }
+
+    /// The docs said credits save the clock, but spends and grants never did: an app whose
+    /// only gate writes were spends, killed after its trial ended and relaunched with the
+    /// clock set back, started from the time saved at its open and got the trial back.
+    @Test func creditSpendsAndGrantsSaveTheClock() throws {
+        let f = try Fixture(start: instant(0)) { $0.trialLength = 7 * Double(day / 1000) }
+        f.clock.set(instant(8 * day))
+        try f.gate.spendCredit(operationID: "gen-1")
+        f.clock.set(instant(day))
+        // Killed, no persistClock(): the next launch has only what the writes saved.
+        let next = try FeatureGate.open(f.store, configuration: f.configuration)
+        #expect(next.clockGuard.referenceTime == instant(8 * day))
+        #expect(next.trialStatus().state == .expired)
+        f.clock.set(instant(9 * day))
+        _ = try f.store.write { tx in try next.grantCredits(1, grantID: "promo:1", in: tx) }
+        f.clock.set(instant(day))
+        #expect(try FeatureGate.open(f.store, configuration: f.configuration).clockGuard.referenceTime == instant(9 * day))
+    }
+
+    /// `tier`, `entitlement()` and `trialStatus()` read the clock without the background save
+    /// `check()` schedules: an app driving its UI from them alone never saved a moved clock.
+    @Test func tierEntitlementAndTrialStatusSaveAMovedClockInTheBackground() async throws {
+        let f = try Fixture(start: instant(0))
+        let reads: [(String, () -> Void)] = [
+            ("tier", { _ = f.gate.tier }), ("entitlement()", { _ = f.gate.entitlement() }), ("trialStatus()", { _ = f.gate.trialStatus() }),
+        ]
+        for (n, (name, read)) in reads.enumerated() {
+            let moved = Int64(n + 1) * day
+            f.clock.set(instant(moved))
+            read()
+            let deadline = Date().addingTimeInterval(60)   // generous: other test targets may hog the machine
+            while Date() < deadline, try storedClock(f.store) != t0 + moved { try await Task.sleep(for: .milliseconds(10)) }
+            try #require(try storedClock(f.store) == t0 + moved, "\(name) did not save the clock")
+        }
     }
 
     @Test(arguments: [UInt64(11), 12, 13])

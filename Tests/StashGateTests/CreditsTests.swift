@@ -32,8 +32,39 @@ import Testing
             } throws: { ($0 as? GateError)?.code == .invalidConfiguration }
         }
         #expect(f.gate.credits() == 13)
-        #expect(try f.store.write { tx in try f.gate.grantCredits(5, grantID: "promo:free", in: tx) })
+        #expect(try f.store.write { tx in try f.gate.grantCredits(5, grantID: "promo:free", in: tx) } == 5)
         #expect(f.gate.credits() == 18)
+    }
+
+    /// A grant of no credits, or of a negative number, added nothing, took nothing away and
+    /// returned false, which the doc said means "already granted". Refused now.
+    @Test func aGrantOfNoCreditsIsRefused() throws {
+        let f = try Fixture()
+        for amount in [0, -3] {
+            let error = #expect(throws: GateError.self) {
+                try f.store.write { tx in try f.gate.grantCredits(amount, grantID: "promo:\(amount)", in: tx) }
+            }
+            #expect(error?.code == .invalidConfiguration)
+            #expect(error?.message.contains("promo:\(amount)") == true && error?.message.contains("\(amount) credits") == true,
+                    "\(error?.message ?? "")")
+        }
+        #expect(f.gate.credits() == 3)
+    }
+
+    /// Granting an id again with another amount was documented as adding nothing, and
+    /// returned true as for a first grant while it added the difference. It returns what it
+    /// added now; the grant holds its highest amount, as it will after a sync.
+    @Test func aGrantAgainWithAnotherAmountSaysWhatItAdded() throws {
+        let f = try Fixture()
+        func grant(_ amount: Int) throws -> Int { try f.store.write { tx in try f.gate.grantCredits(amount, grantID: "promo:x", in: tx) } }
+        #expect(try grant(5) == 5)
+        #expect(f.gate.credits() == 8)
+        #expect(try grant(5) == 0)
+        #expect(try grant(10) == 5)
+        #expect(f.gate.credits() == 13)
+        #expect(try grant(3) == 0)
+        #expect(try grant(10) == 0)
+        #expect(f.gate.credits() == 13)
     }
 
     @Test func freeCreditsThenSpendsUntilEmpty() throws {
@@ -67,7 +98,7 @@ import Testing
         let (first, second) = try f.store.write { tx in
             (try f.gate.grantCredits(2, grantID: "promo", in: tx), try f.gate.grantCredits(2, grantID: "promo", in: tx))
         }
-        #expect(first && !second)
+        #expect(first == 2 && second == 0)
         #expect(f.gate.credits() == 12)
     }
 

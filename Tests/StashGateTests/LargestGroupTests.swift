@@ -256,6 +256,36 @@ import Testing
         #expect(f.gate.check(.create(Home.self)).isAllowed)
     }
 
+    /// A reading of another store whose types were declared in another order (or whose schema
+    /// grew in another order over app versions): the gate counted it through the type and
+    /// index tags of its own store, which name other types there. The other store's items
+    /// were counted as its homes, so a home limit let a second home through; its per-parent
+    /// counts looked into another type's index. Such a reading is counted with its own
+    /// store's types and indexes now, as the doc of `check(_:in:)` promises.
+    @Test func aReadingOfAnotherStoreIsCountedWithThatStoresTypes() throws {
+        let f = try Fixture()   // 1 home, 10 items per home
+        let other = try Store.open(at: f.dir.sub("other"), types: [Item.self, Home.self] + FeatureGate.recordTypes)
+        let home = Home(name: "elsewhere")
+        try other.insert(home)
+        #expect(try other.read { f.gate.check(.create(Home.self), in: $0) }.denial == .homeLimitReached)
+        _ = try other.write { tx in #expect(throws: GateError.self) { try f.gate.authorize(.create(Home.self), in: tx) } }
+        #expect(try other.read { f.gate.check(.create(Item.self, in: home.id), in: $0) }.isAllowed)
+        try other.write { tx in for n in 0..<10 { try tx.insert(Item(homeID: home.id, name: "\(n)")) } }
+        #expect(try other.read { f.gate.check(.create(Item.self, in: home.id), in: $0) }.denial == .itemLimitReached)
+        try other.insert(Item(homeID: home.id, name: "eleventh"))
+        #expect(try other.read { f.gate.check(.create(Item.self, in: RecordID()), in: $0) }.denial == .overLimit)
+        // Limits by name go by name: the same answers.
+        let named = try FeatureGate.open(f.store, configuration: {
+            var config = f.configuration
+            config.limits = [.maxRecords(typeNamed: "Home", 1), .maxRecords(typeNamed: "Item", 10, perField: "homeID")]
+            return config
+        }())
+        #expect(try other.read { named.check(.create(Item.self, in: RecordID()), in: $0) }.denial == .overLimit)
+        // The gate's own store, empty, is counted as its own.
+        #expect(f.gate.check(.create(Home.self)).isAllowed)
+        #expect(f.gate.check(.create(Item.self, in: home.id)).isAllowed)
+    }
+
     /// The committed parents a write starts from are read in a snapshot of their own; with no
     /// reader slot free for it, the write counts its parents the long way, and is not denied.
     @Test func aWriteWithNoReaderSlotLeftStillDecides() throws {
@@ -284,19 +314,60 @@ import Testing
         #expect(f.gate.check(.create(Home.self)).isAllowed)   // counted and kept
         let stray = Item(homeID: RecordID(), name: "stray")
         try f.store.insert(stray)
-        let env = try Environment.open(path: f.dir.sub("store"))
-        let records = try env.database("records")
-        let idBytes = withUnsafeBytes(of: stray.id.high.bigEndian, Array.init) + withUnsafeBytes(of: stray.id.low.bigEndian, Array.init)
-        try env.write { txn in
-            var key: [UInt8]?
-            try txn.scan(records, from: ScanStart<[UInt8]>.first) { k, _ in
-                if k.suffix(16).elementsEqual(idBytes) { key = k; return false }
-                return true
-            }
-            try txn.put(records, key: try #require(key), value: [UInt8]([2, 0, 0]))
-        }
+        try damageRecord(stray.id, inStoreAt: f.dir.sub("store"))
         #expect(f.gate.check(.create(Home.self)).isAllowed)
         #expect(f.gate.parentWalks.load(ordering: .relaxed) == 2)
+    }
+
+    /// A limit by name walked every record of its type to find the parents over it, so one
+    /// record that cannot be read (damaged, or written in a newer format) denied every
+    /// creation with `checkFailed` once the type held more records than the limit, although
+    /// the parent field was indexed. It walks the parent index now, as a typed limit does.
+    @Test func aLimitByNameWalksTheParentIndexNotTheRecords() throws {
+        let f = try Fixture { $0.limits = [.maxRecords(typeNamed: "Home", 3), .maxRecords(typeNamed: "Item", 10, perField: "homeID")] }
+        let homes = [try f.addHome("a"), try f.addHome("b")]
+        let items = (0..<20).map { Item(homeID: homes[$0 % 2], name: "item \($0)") }
+        try f.store.write { tx in for item in items { try tx.insert(item) } }
+        try damageRecord(items[0].id, inStoreAt: f.dir.sub("store"))
+        #expect(f.gate.check(.create(Home.self)).isAllowed)
+        #expect(f.gate.check(.create(typeNamed: "Item", in: homes[0])).denial == .itemLimitReached)
+        #expect(f.gate.check(.create(typeNamed: "Item", in: RecordID())).isAllowed)
+        #expect(try f.store.write { tx in try f.gate.authorize(.create(Home.self), in: tx) }.isAllowed)
+        try f.store.insert(Item(homeID: homes[1], name: "eleventh"))
+        #expect(f.gate.check(.create(Home.self)).denial == .overLimit)
+        _ = try f.store.write { tx in
+            #expect { try f.gate.authorize(.create(Home.self), in: tx) } throws: { ($0 as? GateError)?.decision?.denial == .overLimit }
+        }
+    }
+
+    /// Counting that failed (a record that cannot be decoded, a storage error) was a plain
+    /// `checkFailed` denial with the error dropped: `authorize` threw `.denied`, so the app
+    /// showed its paywall for a storage fault, and nothing named the record or the cause.
+    /// `authorize` throws `.storage` with the cause now, and a check's decision carries it.
+    @Test func aCountThatFailsKeepsItsCause() throws {
+        let dir = TemporaryDirectory()
+        let store = try Store.open(at: dir.sub("store"), types: [Home.self, UnindexedItem.self] + FeatureGate.recordTypes)
+        let home = RecordID()
+        let items = (0..<3).map { UnindexedItem(homeID: home, name: "item \($0)") }
+        try store.write { tx in for item in items { try tx.insert(item) } }
+        var config = GateConfiguration(userID: "u1", verifier: verifier)
+        config.limits = [.maxRecords(typeNamed: "Item", 2, perField: "homeID")]   // no index: walks the records
+        try damageRecord(items[1].id, inStoreAt: dir.sub("store"))
+        let gate = try FeatureGate.open(store, configuration: config)
+        let decision = gate.check(.create(Home.self))
+        #expect(decision.denial == .checkFailed)
+        #expect("\(decision)".contains("\(items[1].id)") && "\(decision)".contains(store.path), "\(decision)")
+        let error = #expect(throws: GateError.self) {
+            try store.write { tx in
+                try gate.authorize(.create(Home.self), in: tx)
+                try tx.insert(Home(name: "not for a storage fault"))
+            }
+        }
+        #expect(error?.code == .storage)
+        #expect(error?.decision == nil)
+        #expect((error?.underlying as? StoreError)?.code == .corrupted, "\(String(describing: error?.underlying))")
+        #expect(error?.message.contains("creating Home") == true && error?.message.contains("\(items[1].id)") == true, "\(error?.message ?? "")")
+        #expect(try store.count(Home.self) == 0)
     }
 }
 

@@ -43,6 +43,25 @@ import Testing
         #expect(try f.store.count(Home.self) == 1)
     }
 
+    /// A per-parent limit by name on a field that holds no record id (a room given by name):
+    /// the check of the parent compares record ids, so it never fired and a room got one
+    /// record more than the limit; then the walk of the groups, which took any value, found
+    /// that room over it and denied every creation in the store. Refused at open now.
+    @Test func aPerParentLimitByNameNeedsARecordIDField() throws {
+        let dir = TemporaryDirectory()
+        let store = try Store.open(at: dir.sub("store"), types: [Plant.self] + FeatureGate.recordTypes)
+        try store.insert(Plant(room: "kitchen"))
+        var config = GateConfiguration(userID: "u1", verifier: verifier)
+        config.limits = [.maxRecords(typeNamed: "Plant", 2, perField: "room")]
+        let error = #expect(throws: GateError.self) { try FeatureGate.open(store, configuration: config) }
+        #expect(error?.code == .invalidConfiguration)
+        let message = error?.message ?? ""
+        #expect(message.contains("Plant") && message.contains("'room'") && message.contains("string"), "\(message)")
+        // A field of record ids is what such a limit counts by.
+        config.limits = [.maxRecords(typeNamed: "Plant", 2, perField: "potID")]
+        #expect(try FeatureGate.open(store, configuration: config).check(.create(typeNamed: "Plant", in: RecordID())).isAllowed)
+    }
+
     @Test func downgradeKeepsViewAndEditButDeniesAllCreation() throws {
         let f = try Fixture()
         try f.gate.apply(try signed([Tx.subscription("t1", expires: 30 * day)]))
@@ -198,3 +217,11 @@ import Testing
     }
 }
 
+
+/// A record with a parent given by name (a string), and one given by record id.
+private struct Plant: Record, Equatable {
+    var id = RecordID()
+    var room: String
+    var potID = RecordID()
+    static let indexes: [RecordIndex<Plant>] = [.index(\.room), .index(\.potID)]
+}

@@ -1,6 +1,7 @@
 import Foundation
 import Stash
 import StashGate
+import StashLMDB
 import StashTestSupport
 import Testing
 
@@ -140,4 +141,25 @@ final class Fixture {
             return nil
         }
     }
+}
+
+/// Overwrites the stored bytes of record `id` in the store at `path` with a record format no
+/// library version writes: reading the record fails as a damaged page or a newer format does.
+func damageRecord(_ id: RecordID, inStoreAt path: String) throws {
+    let env = try Environment.open(path: path, configuration: EnvironmentConfiguration(databases: [DatabaseSpec("records")]))
+    let records = try env.database("records")
+    let idBytes = withUnsafeBytes(of: id.high.bigEndian, Array.init) + withUnsafeBytes(of: id.low.bigEndian, Array.init)
+    try env.write { txn in
+        var key: [UInt8]?
+        try txn.scan(records, from: ScanStart<[UInt8]>.first) { k, _ in
+            if k.suffix(16).elementsEqual(idBytes) { key = k; return false }
+            return true
+        }
+        try txn.put(records, key: try #require(key), value: [UInt8]([2, 0, 0]))
+    }
+}
+
+/// The highest time seen as saved in `store` (ms since 1970), nil when none is.
+func storedClock(_ store: Store) throws -> Int64? {
+    try store.metadata(for: "gate.clock").map { bytes in bytes.enumerated().reduce(Int64(0)) { $0 | Int64($1.element) << (8 * Int64($1.offset)) } }
 }
