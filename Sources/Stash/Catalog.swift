@@ -138,12 +138,14 @@ struct StoreDatabases: Sendable {
     let meta: Database
     let versions: Database
 
+    /// Opened in this order: "meta" first, so that a read-only open of LMDB data without it
+    /// (not a store) names it rather than another.
     static let specs: [DatabaseSpec] = [
+        DatabaseSpec("meta"),
         DatabaseSpec("records"),
         DatabaseSpec("index", flags: [.duplicateSort, .duplicateFixed]),
         DatabaseSpec("counts"),
         DatabaseSpec("history"),
-        DatabaseSpec("meta"),
         DatabaseSpec("versions"),
     ]
 

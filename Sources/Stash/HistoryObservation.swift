@@ -50,7 +50,8 @@ public struct HistoryObservation: AsyncSequence, Sendable {
                 let page = try store.historyPage(after: token!, types: types, limit: 256)
                 buffer = page.entries
                 token = page.scannedThrough
-                if buffer.isEmpty {
+                // A page cut short (a long run of other types) goes on at once.
+                if buffer.isEmpty && page.reachedEnd {
                     do { try await Task.sleep(for: pollInterval) } catch { return nil }   // cancelled
                 }
             }

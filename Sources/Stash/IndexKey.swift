@@ -20,7 +20,8 @@ extension IndexableValue {
     public static var indexComponentMatchesStoredForm: Bool { false }
 }
 
-/// True when `value` is a NaN (of a `Double`, `Float` or an optional of them). NaN equals
+/// True when `value` is a NaN (of a `Double`, `Float`, a `Date` of NaN seconds, or an
+/// optional of them). NaN equals
 /// nothing, yet its index key equals the key of every stored NaN: counts by key must not
 /// use it. Metatype comparisons only, so other types pay next to nothing.
 @inline(__always)
@@ -29,7 +30,15 @@ func isNaNIndexValue<V: IndexableValue>(_ value: V) -> Bool {
     if V.self == Float.self { return (value as! Float).isNaN }
     if V.self == Double?.self { return (value as! Double?)?.isNaN ?? false }
     if V.self == Float?.self { return (value as! Float?)?.isNaN ?? false }
-    if V.self == FieldValue.self, case .double(let d) = value as! FieldValue { return d.isNaN }
+    if V.self == Date.self { return (value as! Date).timeIntervalSinceReferenceDate.isNaN }
+    if V.self == Date?.self { return (value as! Date?)?.timeIntervalSinceReferenceDate.isNaN ?? false }
+    if V.self == FieldValue.self {
+        switch value as! FieldValue {
+        case .double(let d): return d.isNaN
+        case .date(let d): return d.timeIntervalSinceReferenceDate.isNaN
+        default: return false
+        }
+    }
     return false
 }
 

@@ -101,7 +101,7 @@ func compare(_ a: FieldValue, _ b: FieldValue) -> Int? {
     case (.double(let x), .int(let y)): return exactOrder(y, x).map { -$0 }
     case (.double(let x), .double(let y)): return sign(x, y)
     case (.string(let x), .string(let y)): return sign(x, y)
-    case (.date(let x), .date(let y)): return sign(x, y)
+    case (.date(let x), .date(let y)): return sign(x.timeIntervalSinceReferenceDate, y.timeIntervalSinceReferenceDate)
     case (.bool(let x), .bool(let y)): return sign(x ? 1 : 0, y ? 1 : 0)
     case (.uuid(let x), .uuid(let y)): return sign(x.uuidString.lowercased(), y.uuidString.lowercased())
     default: return nil
@@ -237,6 +237,7 @@ enum QueryPlanner {
         switch condition.value {
         case .null: return condition.op == .equal
         case .double(let d) where d.isNaN: return false
+        case .date(let d) where d.timeIntervalSinceReferenceDate.isNaN: return false
         default: break
         }
         guard let fieldKind else { return true }

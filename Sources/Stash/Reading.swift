@@ -191,9 +191,11 @@ extension StoreReading {
         if let n = try reader.catalog.exactIndexCount(keyPath, R.self, equals: value, reader.indexCount) { return n }
         let condition = QueryCondition(field: fieldName(of: keyPath), op: .equal, value: try FieldValue(encoding: value))
         let layout = try reader.layout(R.self)
-        if condition.field != "id" && layout.schema.field(named: condition.field) == nil {
+        if condition.field != "id" && layout.schema.field(named: condition.field) == nil,
+           DeclaredFields.names(of: R.self) == nil, !condition.field.contains(".") {
             // A property no stored record has a value of yet (a type the open cannot probe
             // learns its fields from values written): every record lacks it, as a fetch says.
+            // A probed type's missing name is a computed, renamed or nested path: it throws.
             return condition.value == .null ? try reader.storedCount(layout.schema.tag) : 0
         }
         return try count(typeNamed: R.recordType, where: [condition])

@@ -53,12 +53,13 @@ extension Store {
     /// - Throws: `.noSuchIndex` when `R` declares no index whose only field is `keyPath`.
     public func index<R: Record, V: IndexableValue>(_ keyPath: KeyPath<R, V>) throws -> IndexHandle<R, V> {
         let name = fieldName(of: keyPath)
+        let catalog = self.catalog   // once: the handle is confirmed in the schema it was found in
         let layout = try catalog.layout(R.recordType, store: path)
         guard let index = layout.schema.indexes.first(where: { $0.fields == [name] }) else {
             throw StoreError(.noSuchIndex, "store \(path): \(R.recordType) has no index on '\(name)' alone; declare .index(\\.\(name)) in \(R.recordType).indexes")
         }
         return IndexHandle(typeTag: layout.schema.tag, indexTag: index.tag, field: name, database: dbs.index,
-                           confirmedGeneration: ConfirmedGeneration(catalog.generation))
+                           storeID: storeID, confirmedGeneration: ConfirmedGeneration(catalog.generation))
     }
 
     /// The number of records whose indexed field equals `value`.
@@ -75,7 +76,7 @@ extension Store {
         if key.isLossy || !V.indexComponentMatchesStoredForm { return try read { snapshot in try snapshot.count(index, equals: value) } }
         return try storageErrors(path) {
             try env.read { txn in
-                try index.confirm(in: try catalog(for: txn), store: path)
+                try index.confirm(in: try catalog(for: txn), of: self)
                 return try txn.duplicateCount(dbs.index, key: key)
             }
         }
@@ -103,12 +104,19 @@ public struct IndexHandle<R: Record, V: IndexableValue>: Sendable {
     /// The indexed field.
     public let field: String
     let database: Database
+    /// The store the handle was made in (a copy of it has the same id, and the same tags).
+    let storeID: RecordID
     /// The schema generation in which the index was last seen.
     let confirmedGeneration: ConfirmedGeneration
 
     /// Throws `.noSuchIndex` when the index is not in `catalog` (another process dropped it
-    /// since the handle was made). One comparison while the schema does not change.
-    func confirm(in catalog: Catalog, store path: String) throws {
+    /// since the handle was made), `.invalidValue` for a handle of another store (its tags
+    /// name other things there). Two comparisons while the schema does not change.
+    func confirm(in catalog: Catalog, of store: Store) throws {
+        guard store.storeID == storeID else {
+            throw StoreError(.invalidValue, "store \(store.path): this handle on \(R.recordType).\(field) was made by another store (\(storeID)); make one with index(_:) of this store")
+        }
+        let path = store.path
         let generation = catalog.generation
         if generation == confirmedGeneration.value.load(ordering: .relaxed) { return }
         let type = catalog.layoutsByTag[typeTag]?.schema
@@ -130,7 +138,7 @@ extension StoreReading {
     /// nothing). O(1), no allocation.
     public func count<R: Record, V: IndexableValue>(_ index: IndexHandle<R, V>, equals value: V) throws -> Int {
         if isNaNIndexValue(value) { return 0 }
-        try index.confirm(in: reader.catalog, store: reader.path)
+        try index.confirm(in: reader.catalog, of: reader.store)
         var key = StoreKeys.indexPrefix(index.typeTag, index.indexTag)
         if V.indexComponentMatchesStoredForm {
             value.appendIndexComponent(to: &key)

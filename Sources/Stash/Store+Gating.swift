@@ -41,7 +41,7 @@ extension StoreReading {
     /// than the whole type. Strings longer than the indexed prefix group by that prefix
     /// (an upper bound).
     public func largestGroupCount<R: Record, V: IndexableValue>(_ index: IndexHandle<R, V>) throws -> Int {
-        try index.confirm(in: reader.catalog, store: reader.path)
+        try index.confirm(in: reader.catalog, of: reader.store)
         var largest = 0
         try reader.txn.forEachKeyWithCount(index.database, prefix: StoreKeys.indexPrefix(index.typeTag, index.indexTag)) { _, count in
             largest = max(largest, count)
@@ -59,7 +59,7 @@ extension StoreReading {
     /// ``changedRecords(in:after:limit:)`` lets a caller keep it up to date from history
     /// instead of walking again.
     public func groups<R: Record>(_ index: IndexHandle<R, RecordID>, largerThan size: Int) throws -> [(value: RecordID, count: Int)] {
-        try index.confirm(in: reader.catalog, store: reader.path)
+        try index.confirm(in: reader.catalog, of: reader.store)
         return try recordIDGroups(index.database, StoreKeys.indexPrefix(index.typeTag, index.indexTag), largerThan: size)
     }
 

@@ -110,7 +110,10 @@ extension StoreReading {
         if token > bounds.current {
             throw StoreError(.historyAhead, "store \(reader.path): history token \(token) is past the newest entry \(bounds.current): it belongs to another store, or to this one before it was restored from an older copy; resynchronize from the store as it is, then follow from \(bounds.current)")
         }
-        if limit.map({ $0 <= 0 }) ?? false { return HistoryPage(entries: [], scannedThrough: token, reachedEnd: false) }
+        if let limit, limit < 0 {
+            throw StoreError(.invalidValue, "store \(reader.path): a history limit of \(limit); it counts entries, so give 0 or more (nil: no limit)")
+        }
+        if limit == 0 { return HistoryPage(entries: [], scannedThrough: token, reachedEnd: token == bounds.current) }
         let catalog = try reader.store.reloadCatalog(reader.txn)
         var entries: [HistoryEntry] = []
         var scanned = token

@@ -200,6 +200,9 @@ public final class Store: Sendable {
             throw StoreError(.readOnly, "store \(path) is open read-only in this process (StoreOptions.readOnly); release those Store values before opening it for writing: \(error)",
                              underlying: error)
         }
+        catch where options.readOnly && error.code == .notFound && error.operation == "mdb_dbi_open meta" {
+            throw StoreError(.notAStore, "no Stash store in \(path): its LMDB data holds no meta database; nothing was changed", underlying: error)
+        }
         catch where options.readOnly && error.code == .notFound {
             throw StoreError(.readOnly, "store \(path) lacks a database this version of Stash keeps and cannot be read read-only; open it once for writing: \(error)",
                              underlying: error)

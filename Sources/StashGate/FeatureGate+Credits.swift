@@ -143,6 +143,9 @@ extension FeatureGate {
     /// whose only gate writes are spends keeps the clock it saw (the save is counted as done
     /// only if `tx` commits).
     private func saveClock(in tx: StoreTransaction) throws {
+        // Another process may have settled the stored clock with a newer snapshot: take it up
+        // first, or this save would raise the clock again.
+        try refresh(from: tx)
         _ = clockGuard.referenceMilliseconds
         try clockGuard.save(in: tx, threshold: 1000)
     }

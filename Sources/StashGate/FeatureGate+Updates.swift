@@ -125,7 +125,10 @@ extension FeatureGate {
     func saveClockIfMoved(threshold: Int64) {
         _ = clockGuard.referenceMilliseconds
         guard clockGuard.needsSave(threshold: threshold) else { return }
-        _ = try? store.write(author: "gate") { tx in try clockGuard.save(in: tx, threshold: threshold) }
+        _ = try? store.write(author: "gate") { tx in
+            try refresh(from: tx)   // a clock another process settled meanwhile is not raised again
+            try clockGuard.save(in: tx, threshold: threshold)
+        }
     }
 
     /// From the hot path (checks, ``tier``, ``entitlement()``, ``trialStatus()``): when the

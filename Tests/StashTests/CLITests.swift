@@ -1,5 +1,6 @@
 import Foundation
 import Stash
+import StashLMDB
 import Testing
 import StashTestSupport
 
@@ -420,6 +421,21 @@ import StashTestSupport
         try #"{"types": [{"name": "Home", "fields": [], "indexes": [{"fields": ["name"]}]}]}"#.write(toFile: later, atomically: true, encoding: .utf8)
         let result = try StashCLI.run("init", store, "--schema", later)
         #expect(result.status == 0, "\(result.stderr)")
+    }
+
+    /// A read-only command on LMDB data that holds no store (an empty environment, another
+    /// tool's) turned it into a store: the read-only open said to open it for writing once,
+    /// and the command did.
+    @Test func aReadOnlyCommandNeverMakesAStore() throws {
+        let dir = TemporaryDirectory()
+        let path = dir.sub("empty")
+        do { _ = try Environment.open(path: path, configuration: EnvironmentConfiguration()) }
+        for command in ["stat", "count", "verify"] {
+            let result = try StashCLI.run(command == "count" ? [command, path, "Home"] : [command, path])
+            #expect(result.status != 0 && result.stderr.contains("no Stash store"), "\(command): \(result.stderr)")
+        }
+        let env = try Environment.open(path: path, configuration: EnvironmentConfiguration(databases: [DatabaseSpec("meta")]))
+        #expect(try env.read { try $0.statistics(env.database("meta")).entries } == 0, "a store was made")
     }
 
     @Test func demoRunsTheWholeStory() throws {

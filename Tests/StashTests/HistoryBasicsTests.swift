@@ -1,6 +1,7 @@
 import Foundation
 import Stash
 import StashLMDB
+import Synchronization
 import Testing
 import StashTestSupport
 
@@ -223,5 +224,28 @@ import StashTestSupport
         #expect(try again.history(types: ["Item"]).map { $0.changes.map(\.id) } == [[first.id], [last.id]])
         #expect(try again.history(types: ["Item"], limit: 1).count == 1)
         #expect(try again.history(types: ["Home"], limit: 3).count == 3)
+        // A page of no entries at the end says so (a loop until reachedEnd would spin); a
+        // negative limit is refused.
+        #expect(try again.historyPage(after: again.currentToken(), limit: 0).reachedEnd)
+        #expect((thrownError { _ = try again.historyPage(limit: -1) } as? StoreError)?.code == .invalidValue)
+    }
+
+    /// An observer of one type behind a backlog of another goes from page to page at once:
+    /// it slept a poll interval after every page of 4,096 entries that held none of its type.
+    @Test func anObserverBehindABacklogDoesNotWaitBetweenPages() async throws {
+        let dir = TemporaryDirectory()
+        var options = StoreOptions()
+        options.durability = .none
+        let store = try Store.open(at: dir.path, types: [Home.self, Item.self], options: options)
+        let home = Home(name: "h")
+        let item = Item(homeID: home.id, name: "after the backlog", category: "c", wearCount: 0, price: 0)
+        try store.write { tx in try tx.insert(home) }
+        for n in 0..<(HistoryPage.maximumScanned + 500) { try store.insert(Home(name: "other \(n)")) }
+        try store.insert(item)
+        var changes = store.changes(of: ["Item"], after: .beginning, pollInterval: .seconds(30)).makeAsyncIterator()
+        let start = ContinuousClock.now
+        let entry = try await changes.next()
+        #expect(entry?.changes.map(\.id) == [item.id])
+        #expect(ContinuousClock.now - start < .seconds(20), "it waited for a poll interval between pages")
     }
 }

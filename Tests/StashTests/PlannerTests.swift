@@ -531,6 +531,31 @@ import StashTestSupport
         #expect(try store.count(handle, equals: 1) == 1 && store.count(Reading.self, where: \.value, equals: -1) == 1)
     }
 
+    /// A date of NaN seconds equals nothing, as a NaN double: counts by key path and handle
+    /// counted the stored ones, and generic conditions took it for equal to every date.
+    @Test func nanDatesAreNeverEqual() throws {
+        let dir = TemporaryDirectory()
+        let store = try Store.open(at: dir.path, types: [Event.self])
+        let nanDate = Date(timeIntervalSinceReferenceDate: .nan)
+        let day = Date(timeIntervalSinceReferenceDate: 86_400)
+        try store.write { tx in for at in [nanDate, nanDate, day] { try tx.insert(Event(at: at)) } }
+        #expect(try store.count(Event.self, where: \.at, equals: nanDate) == 0)
+        let handle = try store.index(\Event.at)
+        #expect(try store.count(handle, equals: nanDate) == 0 && store.count(handle, equals: day) == 1)
+        #expect(try store.fetchCount(FetchDescriptor<Event>(predicate: #Predicate { $0.at == nanDate })) == 0)
+        try store.read { s throws in
+            for op: QueryCondition.Operator in [.equal, .lessOrEqual, .greaterOrEqual] {
+                #expect(try s.count(typeNamed: "Event", where: [QueryCondition(field: "at", op: op, value: .date(nanDate))]) == 0, "\(op)")
+            }
+            #expect(try s.count(typeNamed: "Event", where: [QueryCondition(field: "at", op: .equal, value: .date(day))]) == 1)
+        }
+        // A handle counts in the store it was made by: another store's tags name other things.
+        let elsewhere = TemporaryDirectory()
+        let other = try Store.open(at: elsewhere.path, types: [Event.self])
+        let error = thrownError { _ = try other.count(handle, equals: day) } as? StoreError
+        #expect(error?.code == .invalidValue && error?.message.contains("another store") == true, "\(String(describing: error))")
+    }
+
     /// `Int.max` as a limit (no limit) with an offset overflowed and trapped; a negative limit
     /// or offset trapped on the slice. Now the first means no limit and the others are refused.
     @Test func extremeLimitsAndOffsets() throws {
