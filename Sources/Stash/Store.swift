@@ -43,14 +43,13 @@ public struct StoreOptions: Sendable {
     ///
     /// Typed reads decode through the stored schema: a type, field, default or index declared
     /// after the store was last opened for writing is unknown to them (such reads throw; the
-    /// generic API reads everything stored). LMDB opens the data file read-only and does not
-    /// wait for a write under way in another process; it still registers its readers in
-    /// `lock.mdb`, which must be writable, unless the store is on a read-only file system.
-    /// A store in an older format, or lacking a database this version keeps, throws
-    /// `.readOnly`: open it for writing once. While a read-only `Store` of a directory is
-    /// alive, opening that directory for writing in the same process throws `.readOnly`
-    /// (LMDB allows one environment per directory per process); open the writable one first
-    /// and read-only opens share it. Sync refuses a read-only store.
+    /// generic API reads everything stored). The open does not wait for a write under way in
+    /// another process, and works on a read-only file system or files this user cannot write
+    /// (LMDB's `MDB_RDONLY`; `lock.mdb` must still be writable, except on a read-only file
+    /// system). A store in an older format, or lacking a database this version keeps, throws
+    /// `.readOnly`: open it for writing once. Read-only and writable opens of one directory in
+    /// one process share LMDB's environment, except that no writable open is possible while
+    /// an `MDB_RDONLY` one lives (it throws `.readOnly`). Sync refuses a read-only store.
     public var readOnly = false
     /// The wall clock for version timestamps (hybrid logical clock). Tests inject one to
     /// simulate skewed devices. Default: the system clock.

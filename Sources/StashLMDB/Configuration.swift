@@ -76,14 +76,16 @@ public struct EnvironmentConfiguration: Sendable {
     /// ``databases`` (another program's LMDB data), with ``LMDBError/Code/foreignData``, before
     /// anything is created in it. Default false.
     public var refusesForeignData = false
-    /// Open with `MDB_RDONLY`: nothing is ever written to `data.mdb`, the directory is not
-    /// created, the open does not wait for another process's write, and a read-only file
-    /// system is fine (LMDB then keeps no reader table: no process may write meanwhile).
-    /// Every database of ``databases`` must already exist (a missing one throws
-    /// ``LMDBError/Code/notFound`` naming it), and ``Environment/write(_:)`` throws
-    /// ``LMDBError/Code/readOnly``. A process that has the directory open for writing already
-    /// shares that environment with read-only openers; the reverse is refused (see
-    /// ``Environment/open(path:configuration:)``). Default false.
+    /// Open without writing: the directory is not created, the databases are opened in a read
+    /// transaction (every one of ``databases`` must exist: a missing one throws
+    /// ``LMDBError/Code/notFound`` naming it), and the open does not wait for another
+    /// process's write. Where the files can be written, LMDB still opens them read-write, so
+    /// that a writable open in this process shares the environment (write through it only if
+    /// you mean to: the store layer refuses writes of its read-only opens). Where they cannot
+    /// (a read-only file system, files this user cannot write), it opens them `MDB_RDONLY`:
+    /// ``Environment/isReadOnly`` is true, ``Environment/write(_:)`` throws
+    /// ``LMDBError/Code/readOnly``, and a writable open in this process is refused while it
+    /// lives. Default false.
     public var readOnly = false
 
     public init(databases: [DatabaseSpec] = [], durability: Durability = .full) {

@@ -57,10 +57,10 @@ public final class Environment: @unchecked Sendable {
     /// write transaction. With ``EnvironmentConfiguration/readOnly`` nothing is created or
     /// written: the databases are opened in a read transaction.
     ///
-    /// A directory this process has open already gives back that environment: a read-only
-    /// opener may share one opened for writing, but a directory open read-only cannot be
-    /// opened for writing until every handle of the read-only one is gone (one process may
-    /// hold one LMDB environment per directory: see the rules above).
+    /// A directory this process has open already gives back that environment, for read-only
+    /// and writable openers alike, except that one opened `MDB_RDONLY` (``isReadOnly``: the
+    /// files could not be written) cannot be opened for writing until every handle of it is
+    /// gone (one process may hold one LMDB environment per directory: see the rules above).
     /// - Throws: ``LMDBError`` naming the path, e.g. `EACCES` for an unwritable directory,
     ///   ``LMDBError/Code/invalid`` for a file that is not an LMDB store,
     ///   ``LMDBError/Code/readOnly`` for a writable open of a directory open read-only here.
@@ -86,8 +86,9 @@ public final class Environment: @unchecked Sendable {
         return environment
     }
 
-    /// Opened with ``EnvironmentConfiguration/readOnly`` (`MDB_RDONLY`): writes throw.
-    public var isReadOnly: Bool { configuration.readOnly }
+    /// Opened with `MDB_RDONLY` (a read-only opener on a read-only file system, or of files
+    /// this user cannot write): writes throw, and no writable open can share it.
+    public let isReadOnly: Bool
 
     /// The durability commits have now: the strongest any opener of this directory in this
     /// process asked for (see ``raiseDurability(to:)``).
@@ -113,25 +114,21 @@ public final class Environment: @unchecked Sendable {
     private init(canonicalPath: String, configuration: EnvironmentConfiguration) throws(LMDBError) {
         path = canonicalPath
         self.configuration = configuration
-        var raw: OpaquePointer?
-        try check(mdb_env_create(&raw), "mdb_env_create", canonicalPath)
-        guard let raw else { throw LMDBError(code: .panic, operation: "mdb_env_create", path: canonicalPath) }
+        // A read-only opener still asks LMDB for write access when the files allow it (nothing
+        // is written by that): a writable open in this process can then share the environment,
+        // LMDB allowing one per directory per process. `MDB_RDONLY` only where writing is
+        // impossible (a read-only file system, files this user cannot write).
+        let raw: OpaquePointer
+        do {
+            raw = try Self.openLMDB(canonicalPath, configuration, readOnlyFlag: false)
+            isReadOnly = false
+        } catch let error where configuration.readOnly && [EACCES, EROFS, EPERM].contains(error.code.rawValue) {
+            raw = try Self.openLMDB(canonicalPath, configuration, readOnlyFlag: true)
+            isReadOnly = true
+        }
         do throws(LMDBError) {
-            try check(mdb_env_set_maxdbs(raw, MDB_dbi(configuration.maxDatabases)), "mdb_env_set_maxdbs", canonicalPath)
-            try check(mdb_env_set_maxreaders(raw, UInt32(configuration.maxReaders)), "mdb_env_set_maxreaders", canonicalPath)
-            // No map size before open: LMDB then adopts the size recorded in an existing file
-            // (a size set here would win over it, shrinking a grown map to the data's size).
-            let flags = UInt32(MDB_NOTLS) | (configuration.readOnly ? UInt32(MDB_RDONLY) : configuration.durability.flags)
-            let rc = mdb_env_open(raw, canonicalPath, flags, 0o644)
-            if rc == EACCES || rc == EROFS || (rc == EPERM && configuration.readOnly) {
-                throw LMDBError(code: .init(rawValue: rc), operation: "mdb_env_open", path: canonicalPath,
-                                detail: configuration.readOnly
-                                    ? "to read, LMDB needs data.mdb readable and lock.mdb writable by this user (it registers readers there), unless the store is on a read-only file system"
-                                    : "LMDB writes data.mdb and lock.mdb even to read: the directory and both files must be writable by this user (open it read-only, or copy the store elsewhere)")
-            }
-            try check(rc, "mdb_env_open", canonicalPath)
             // A store written earlier with a bigger map keeps it: adopt the larger of the two.
-            // (A read-only map is the file's own size: it can never need more.)
+            // (A read-only opener keeps the file's own size: it writes nothing that could need more.)
             var info = MDB_envinfo()
             mdb_env_info(raw, &info)
             if !configuration.readOnly && info.me_mapsize < configuration.initialMapSize {
@@ -147,6 +144,33 @@ public final class Environment: @unchecked Sendable {
         }
         env = raw
         pool = ReaderPool(capacity: max(1, min(32, configuration.maxReaders / 2)))
+    }
+
+    /// `mdb_env_create` and `mdb_env_open` of `path` (with `MDB_RDONLY` when `readOnlyFlag`);
+    /// the handle is closed again when the open fails.
+    private static func openLMDB(_ path: String, _ configuration: EnvironmentConfiguration, readOnlyFlag: Bool) throws(LMDBError) -> OpaquePointer {
+        var created: OpaquePointer?
+        try check(mdb_env_create(&created), "mdb_env_create", path)
+        guard let raw = created else { throw LMDBError(code: .panic, operation: "mdb_env_create", path: path) }
+        do throws(LMDBError) {
+            try check(mdb_env_set_maxdbs(raw, MDB_dbi(configuration.maxDatabases)), "mdb_env_set_maxdbs", path)
+            try check(mdb_env_set_maxreaders(raw, UInt32(configuration.maxReaders)), "mdb_env_set_maxreaders", path)
+            // No map size before open: LMDB then adopts the size recorded in an existing file
+            // (a size set here would win over it, shrinking a grown map to the data's size).
+            let flags = UInt32(MDB_NOTLS) | (readOnlyFlag ? UInt32(MDB_RDONLY) : configuration.durability.flags)
+            let rc = mdb_env_open(raw, path, flags, 0o644)
+            if rc == EACCES || rc == EROFS || rc == EPERM {
+                throw LMDBError(code: .init(rawValue: rc), operation: "mdb_env_open", path: path,
+                                detail: readOnlyFlag
+                                    ? "to read, LMDB needs data.mdb readable and lock.mdb writable by this user (it registers readers there), unless the store is on a read-only file system"
+                                    : "LMDB writes data.mdb and lock.mdb even to read: the directory and both files must be writable by this user (open it read-only, or copy the store elsewhere)")
+            }
+            try check(rc, "mdb_env_open", path)
+        } catch {
+            mdb_env_close(raw)
+            throw error
+        }
+        return raw
     }
 
     /// Opens `specs` in one transaction: a write transaction creating those missing, or a

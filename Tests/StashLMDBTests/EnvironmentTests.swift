@@ -391,11 +391,11 @@ import StashTestSupport
         #expect(try first.read { try $0.get(main, key: b("shared")) } == b("1"))
     }
 
-    /// A read-only environment (`MDB_RDONLY`) writes nothing: writes throw `.readOnly`, a
-    /// missing database is named instead of created, a missing directory is not created. It
-    /// shares an environment this process has open for writing; a writable open while a
-    /// read-only one is alive is refused (one LMDB environment per directory per process),
-    /// and works once it is gone.
+    /// A read-only open writes nothing: no directory, no database created (a missing one is
+    /// named), data.mdb unchanged. Where the files can be written, a writable open in this
+    /// process shares its environment (one per directory per process). Where they cannot (here
+    /// an immutable data.mdb, as on read-only media), it is `MDB_RDONLY`: reads work, writes
+    /// throw `.readOnly`, and a writable open is refused while it lives.
     @Test func aReadOnlyEnvironmentWritesNothing() throws {
         let dir = TemporaryDirectory()
         let path = dir.sub("store")
@@ -407,6 +407,23 @@ import StashTestSupport
         config.readOnly = true
         let bytes = { try Data(contentsOf: URL(fileURLWithPath: path + "/data.mdb")) }
         let before = try bytes()
+        var more = config
+        more.databases.append(DatabaseSpec("added"))
+        let missing = thrownError { _ = try Environment.open(path: path, configuration: more) } as? LMDBError
+        #expect(missing?.code == .notFound && missing?.operation.contains("added") == true, "\(String(describing: missing))")
+        #expect(thrownError { _ = try Environment.open(path: dir.sub("absent"), configuration: config) } is LMDBError)
+        #expect(!FileManager.default.fileExists(atPath: dir.sub("absent")))
+        do {
+            let env = try Environment.open(path: path, configuration: config)
+            #expect(!env.isReadOnly)
+            #expect(try env.read { try $0.get(try env.database("main"), key: b("k")) } == b("v"))
+            #expect(try bytes() == before, "a read-only open changed data.mdb")
+            let writable = try openEnvironment(path, [DatabaseSpec("main")])
+            #expect(writable === env)
+        }
+        // Files that cannot be written: MDB_RDONLY.
+        guard makeImmutable(path + "/data.mdb", true) else { return }   // chattr needs ext4-like file systems
+        defer { _ = makeImmutable(path + "/data.mdb", false) }
         do {
             let env = try Environment.open(path: path, configuration: config)
             #expect(env.isReadOnly)
@@ -418,17 +435,19 @@ import StashTestSupport
             let writable = thrownError { _ = try openEnvironment(path, [DatabaseSpec("main")]) } as? LMDBError
             #expect(writable?.code == .readOnly && writable?.detail?.contains("read-only") == true, "\(String(describing: writable))")
         }
-        var more = config
-        more.databases.append(DatabaseSpec("added"))
-        let missing = thrownError { _ = try Environment.open(path: path, configuration: more) } as? LMDBError
-        #expect(missing?.code == .notFound && missing?.operation.contains("added") == true, "\(String(describing: missing))")
-        #expect(try bytes() == before, "a read-only open changed data.mdb")
-        #expect(thrownError { _ = try Environment.open(path: dir.sub("absent"), configuration: config) } is LMDBError)
-        #expect(!FileManager.default.fileExists(atPath: dir.sub("absent")))
-        // Once the read-only one is gone, a writable open works, and read-only opens share it.
-        let writable = try openEnvironment(path, [DatabaseSpec("main")])
-        #expect(!writable.isReadOnly)
-        #expect(try Environment.open(path: path, configuration: config) === writable)
+        #expect(try bytes() == before)
+    }
+
+    /// `chattr +i`/`-i` (even root cannot write an immutable file); false when it fails.
+    private func makeImmutable(_ file: String, _ on: Bool) -> Bool {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/chattr")
+        process.arguments = [on ? "+i" : "-i", file]
+        process.standardOutput = FileHandle.nullDevice
+        process.standardError = FileHandle.nullDevice
+        guard (try? process.run()) != nil else { return false }
+        process.waitUntilExit()
+        return process.terminationStatus == 0
     }
 
     @Test func openingConcurrentlyFromManyThreadsYieldsOneEnvironment() throws {
