@@ -196,7 +196,7 @@ public final class Store: Sendable {
             throw StoreError(.notAStore, "\(path) holds another program's LMDB data, not a Stash store: \(error)", underlying: error)
         }
         catch where error.code == .readOnly {
-            throw StoreError(.readOnly, "store \(path) is open read-only in this process (StoreOptions.readOnly); release those Store values before opening it for writing: \(error)",
+            throw StoreError(.readOnly, "store \(path) is open in this process by read-only Store values whose LMDB environment is read-only (its files could not be written when they opened it); release them before opening it for writing: \(error)",
                              underlying: error)
         }
         catch where options.readOnly && error.code == .notFound && error.operation == "mdb_dbi_open meta" {

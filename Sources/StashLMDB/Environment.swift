@@ -157,7 +157,10 @@ public final class Environment: @unchecked Sendable {
             try check(mdb_env_set_maxreaders(raw, UInt32(configuration.maxReaders)), "mdb_env_set_maxreaders", path)
             // No map size before open: LMDB then adopts the size recorded in an existing file
             // (a size set here would win over it, shrinking a grown map to the data's size).
-            let flags = UInt32(MDB_NOTLS) | (readOnlyFlag ? UInt32(MDB_RDONLY) : configuration.durability.flags)
+            // A read-only opener asks for no durability: it commits nothing, and the writable
+            // openers sharing the environment raise it to what they ask for.
+            let durability = configuration.readOnly ? Durability.none : configuration.durability
+            let flags = UInt32(MDB_NOTLS) | (readOnlyFlag ? UInt32(MDB_RDONLY) : durability.flags)
             let rc = mdb_env_open(raw, path, flags, 0o644)
             if rc == EACCES || rc == EROFS || rc == EPERM {
                 throw LMDBError(code: .init(rawValue: rc), operation: "mdb_env_open", path: path,
