@@ -10,6 +10,16 @@ import StashLMDB
 /// for entry in try store.history(after: token) { apply(entry) }
 /// token = entries.last?.token ?? token
 /// ```
+public struct HistoryToken: Codable, Comparable, Hashable, Sendable, CustomStringConvertible {
+    /// The sequence number of the last entry covered (0: before the first entry).
+    public let sequence: UInt64
+    public init(sequence: UInt64) { self.sequence = sequence }
+    /// Before every entry.
+    public static let beginning = HistoryToken(sequence: 0)
+    public static func < (lhs: HistoryToken, rhs: HistoryToken) -> Bool { lhs.sequence < rhs.sequence }
+    public var description: String { "\(sequence)" }
+}
+
 /// One page of history (``Store/historyPage(after:types:limit:)``): the entries, and the
 /// token to continue from.
 public struct HistoryPage: Sendable {
@@ -22,16 +32,6 @@ public struct HistoryPage: Sendable {
     public let reachedEnd: Bool
     /// Entries a filtered page looks at, at most: the bound on one call's work.
     public static let maximumScanned = 4096
-}
-
-public struct HistoryToken: Codable, Comparable, Hashable, Sendable, CustomStringConvertible {
-    /// The sequence number of the last entry covered (0: before the first entry).
-    public let sequence: UInt64
-    public init(sequence: UInt64) { self.sequence = sequence }
-    /// Before every entry.
-    public static let beginning = HistoryToken(sequence: 0)
-    public static func < (lhs: HistoryToken, rhs: HistoryToken) -> Bool { lhs.sequence < rhs.sequence }
-    public var description: String { "\(sequence)" }
 }
 
 /// One committed write transaction: what changed, where it came from, and when.
@@ -197,8 +197,9 @@ extension Store {
     ///   changes and must resynchronize from a full copy).
     /// Work is proportional to the entries read, not to the store size.
     ///
-    /// With `types`, every entry after `token` is looked at (one read over the whole backlog):
-    /// a consumer of a few types that follows history should use
+    /// With `types`, history is read page by page (``historyPage(after:types:limit:)``), each
+    /// page in its own snapshot, so the answer may include commits made while it runs. A
+    /// consumer of a few types that follows history should itself use
     /// ``historyPage(after:types:limit:)`` and continue from its `scannedThrough`, which also
     /// moves past entries of other types (`entries.last?.token` stays behind them, and a
     /// consumer registered there holds back every purge).

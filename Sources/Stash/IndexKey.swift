@@ -21,9 +21,9 @@ extension IndexableValue {
 }
 
 /// True when `value` is a NaN (of a `Double`, `Float`, a `Date` of NaN seconds, or an
-/// optional of them). NaN equals
-/// nothing, yet its index key equals the key of every stored NaN: counts by key must not
-/// use it. Metatype comparisons only, so other types pay next to nothing.
+/// optional of them). NaN equals nothing, yet its index key equals the key of every stored
+/// NaN: counts by key must not use it. Metatype comparisons only, so other types pay next to
+/// nothing.
 @inline(__always)
 func isNaNIndexValue<V: IndexableValue>(_ value: V) -> Bool {
     if V.self == Double.self { return (value as! Double).isNaN }

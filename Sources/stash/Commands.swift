@@ -46,7 +46,9 @@ struct Init: ParsableCommand {
         var options = StoreOptions()
         options.readOnly = true
         do { return try Store.open(at: directory, declaration: SchemaDeclaration(types: []), options: options).schema }
-        catch let error as StoreError where error.code == .readOnly { return nil }   // an older format: the open upgrades it
+        // An older format (the open upgrades it), or data that is no store yet (the open
+        // makes one, or refuses another program's): the writable open decides.
+        catch let error as StoreError where error.code == .readOnly || error.code == .notAStore { return nil }
     }
 
     /// What the command line could never use, refused before anything is written: the same

@@ -434,8 +434,15 @@ import StashTestSupport
             let result = try StashCLI.run(command == "count" ? [command, path, "Home"] : [command, path])
             #expect(result.status != 0 && result.stderr.contains("no Stash store"), "\(command): \(result.stderr)")
         }
-        let env = try Environment.open(path: path, configuration: EnvironmentConfiguration(databases: [DatabaseSpec("meta")]))
-        #expect(try env.read { try $0.statistics(env.database("meta")).entries } == 0, "a store was made")
+        do {
+            let env = try Environment.open(path: path, configuration: EnvironmentConfiguration(databases: [DatabaseSpec("meta")]))
+            #expect(try env.read { try $0.statistics(env.database("meta")).entries } == 0, "a store was made")
+        }
+        // init still makes a store there (an init that crashed before its first commit).
+        let schemaPath = dir.sub("schema.json")
+        try StashCLI.schema.write(toFile: schemaPath, atomically: true, encoding: .utf8)
+        let initialized = try StashCLI.run("init", path, "--schema", schemaPath)
+        #expect(initialized.status == 0, "\(initialized.stderr)")
     }
 
     @Test func demoRunsTheWholeStory() throws {
