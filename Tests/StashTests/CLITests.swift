@@ -438,10 +438,12 @@ import StashTestSupport
             let env = try Environment.open(path: path, configuration: EnvironmentConfiguration(databases: [DatabaseSpec("meta")]))
             #expect(try env.read { try $0.statistics(env.database("meta")).entries } == 0, "a store was made")
         }
-        // init still makes a store there (an init that crashed before its first commit).
+        // init still makes a store in such data (an init that crashed before its first commit).
+        let crashed = dir.sub("crashed")
+        do { _ = try Environment.open(path: crashed, configuration: EnvironmentConfiguration()) }
         let schemaPath = dir.sub("schema.json")
         try StashCLI.schema.write(toFile: schemaPath, atomically: true, encoding: .utf8)
-        let initialized = try StashCLI.run("init", path, "--schema", schemaPath)
+        let initialized = try StashCLI.run("init", crashed, "--schema", schemaPath)
         #expect(initialized.status == 0, "\(initialized.stderr)")
     }
 
