@@ -177,6 +177,7 @@ struct Load: ParsableCommand {
             }
             let size = batch ?? max(records.count, 1)
             var written = 0
+            var reported = 0   // a write that reruns (the map grew) does not print its progress again
             while written < records.count {
                 let slice = records[written..<min(records.count, written + size)]
                 try store.write(author: "cli") { tx in
@@ -186,7 +187,10 @@ struct Load: ParsableCommand {
                             throw CommandFailure(message: "\(file) line \(line): \(error); \(kept)")
                         }
                         let done = written + n + 1
-                        if done % 10_000 == 0 { printError("loaded \(done)/\(records.count)") }
+                        if done % 10_000 == 0 && done > reported {
+                            printError("loaded \(done)/\(records.count)")
+                            reported = done
+                        }
                     }
                 }
                 written += slice.count

@@ -34,6 +34,10 @@ struct Demo: ParsableCommand {
     func run() throws {
         try runCommand {
             let temporary = directory == nil
+            if let directory, let contents = try? FileManager.default.contentsOfDirectory(atPath: directory), !contents.isEmpty {
+                // The story writes stores and records: never into the user's data.
+                throw CommandFailure(message: "\(directory) is not empty; give the demo a new or empty directory")
+            }
             let path = directory ?? FileManager.default.temporaryDirectory
                 .appendingPathComponent("stash-demo-\(UUID().uuidString.prefix(8))").path
             defer { if temporary { try? FileManager.default.removeItem(atPath: path) } }

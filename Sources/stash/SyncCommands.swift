@@ -19,7 +19,9 @@ struct SyncOptions: ParsableArguments {
 /// An engine for a store opened by the CLI; the family is adopted when given.
 func syncEngine(_ store: Store, family: RecordID?, key: SyncKey?) throws -> SyncEngine {
     let engine: SyncEngine
-    do { engine = try SyncEngine(store: store, configuration: SyncConfiguration(family: family, key: key)) }
+    var configuration = SyncConfiguration(family: family, key: key)
+    configuration.progress = syncProgress()   // a first sync or a full snapshot of a big store takes a while
+    do { engine = try SyncEngine(store: store, configuration: configuration) }
     catch let error as SyncError where error.code == .noFamily {
         throw CommandFailure(message: "\(store.path) has no sync family yet; pass --family UUID (the same for every store that syncs together)")
     }

@@ -447,6 +447,20 @@ import StashTestSupport
         #expect(initialized.status == 0, "\(initialized.stderr)")
     }
 
+    /// `demo --directory` wrote its homes, items and phone/tablet/gating stores into whatever
+    /// it was given, a user's store included.
+    @Test func theDemoRefusesADirectoryThatIsNotEmpty() throws {
+        let dir = TemporaryDirectory()
+        let store = try StashCLI.makeStore(in: dir)
+        let before = try FileManager.default.contentsOfDirectory(atPath: store).sorted()
+        let result = try StashCLI.run("demo", "--directory", store, "--items", "1")
+        #expect(result.status != 0 && result.stderr.contains("not empty"), "\(result.stderr)")
+        #expect(try FileManager.default.contentsOfDirectory(atPath: store).sorted() == before)
+        #expect(try StashCLI.run("count", store, "Home").stdout == "0\n")
+        let fresh = try StashCLI.run("demo", "--directory", dir.sub("new"), "--items", "1")
+        #expect(fresh.status == 0, "\(fresh.stderr)")
+    }
+
     @Test func demoRunsTheWholeStory() throws {
         let result = try StashCLI.run("demo")
         #expect(result.status == 0, "\(result.stderr)")
