@@ -271,11 +271,13 @@ struct Count: ParsableCommand {
     }
 }
 
-/// `field=value` and friends, with the value read according to the field's kind.
+/// `field=value` and friends, with the value read according to the field's kind. The first
+/// operator in the text splits it (a value may hold "<", ">" or "=": `title=a<=b`).
 func parseCondition(_ text: String, _ type: TypeSchema) throws -> QueryCondition {
     let operators: [(String, QueryCondition.Operator)] = [("<=", .lessOrEqual), (">=", .greaterOrEqual), ("=", .equal), ("<", .less), (">", .greater)]
-    for (symbol, op) in operators {
-        guard let range = text.range(of: symbol) else { continue }
+    if let first = text.firstIndex(where: { $0 == "<" || $0 == ">" || $0 == "=" }),
+       let (symbol, op) = operators.first(where: { text[first...].hasPrefix($0.0) }) {
+        let range = first..<text.index(first, offsetBy: symbol.count)
         let field = String(text[..<range.lowerBound]).trimmingCharacters(in: .whitespaces)
         let raw = String(text[range.upperBound...]).trimmingCharacters(in: .whitespaces)
         if field == "id" { return QueryCondition(field: "id", op: op, value: .uuid(try parseID(raw).uuid)) }

@@ -461,6 +461,18 @@ import StashTestSupport
         #expect(fresh.status == 0, "\(fresh.stderr)")
     }
 
+    /// `count --where 'name=a<=b'` split at the "<=" inside the value (operators were tried
+    /// in a fixed order, not by position) and named a field "name=a".
+    @Test func aConditionSplitsAtItsFirstOperator() throws {
+        let dir = TemporaryDirectory()
+        let store = try StashCLI.makeStore(in: dir)
+        #expect(try StashCLI.run("put", store, "Home", #"{"name": "a<=b"}"#).status == 0)
+        let count = try StashCLI.run("count", store, "Home", "--where", "name=a<=b")
+        #expect(count.status == 0 && count.stdout == "1\n", "\(count.stderr)")
+        #expect(try StashCLI.run("count", store, "Home", "--where", "name<=a").stdout == "0\n")
+        #expect(try StashCLI.run("count", store, "Home", "--where", "name >= a").stdout == "1\n")
+    }
+
     @Test func demoRunsTheWholeStory() throws {
         let result = try StashCLI.run("demo")
         #expect(result.status == 0, "\(result.stderr)")
