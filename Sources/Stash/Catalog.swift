@@ -116,7 +116,9 @@ enum MetaKey {
     static let clock = Array("clock".utf8)
     static let purgedThrough = Array("historyPurgedThrough".utf8)
     static let consumerPrefix = Array("historyConsumer:".utf8)
-    static func consumer(_ name: String) -> [UInt8] { consumerPrefix + Array(name.utf8) }
+    /// The key of a history consumer: its name's canonical composition (NFC), since names
+    /// that Swift takes for equal ("café" typed, "café" from a file name) are one consumer.
+    static func consumer(_ name: String) -> [UInt8] { consumerPrefix + Array(name.precomposedStringWithCanonicalMapping.utf8) }
 }
 
 /// Little-endian fixed-width integers in values.

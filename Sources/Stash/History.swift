@@ -249,7 +249,10 @@ extension Store {
         var result: [String: HistoryToken] = [:]
         try txn.scan(dbs.meta, prefix: MetaKey.consumerPrefix) { key, value in
             let name = String(decoding: key.dropFirst(MetaKey.consumerPrefix.count), as: UTF8.self)
-            result[name] = HistoryToken(sequence: LittleEndian.uint64(value) ?? 0)
+            let token = HistoryToken(sequence: LittleEndian.uint64(value) ?? 0)
+            // Keys written before names were composed: spellings of one name are one
+            // consumer, which has read what the furthest behind of them has.
+            result[name] = min(result[name] ?? token, token)
             return true
         }
         return result

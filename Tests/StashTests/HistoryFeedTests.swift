@@ -103,6 +103,23 @@ private struct Abort: Error {}
         #expect(try store.historyConsumers().isEmpty)
     }
 
+    /// Consumer names Swift takes for equal but spelled differently (NFD "café" from a file
+    /// name, NFC typed) were two registrations shown as one: the one further along hid the
+    /// other, and a purge took entries the other had not read.
+    @Test func consumerNamesAreOneWhateverTheirUnicodeSpelling() throws {
+        let dir = TemporaryDirectory()
+        let store = try Store.open(at: dir.path, types: [Home.self])
+        for n in 0..<10 { try store.insert(Home(name: "\(n)")) }
+        let decomposed = "cafe\u{301}", composed = "caf\u{E9}"
+        try store.registerHistoryConsumer(decomposed, at: HistoryToken(sequence: 2))
+        try store.registerHistoryConsumer(composed, at: HistoryToken(sequence: 10))
+        #expect(try store.historyConsumers() == [composed: HistoryToken(sequence: 10)], "one consumer, moved to 10")
+        try store.registerHistoryConsumer(decomposed, at: HistoryToken(sequence: 2))
+        #expect { try store.purgeHistory(before: HistoryToken(sequence: 8)) } throws: { ($0 as? StoreError)?.code == .historyNeeded }
+        #expect(try store.removeHistoryConsumer(composed))
+        #expect(try store.historyConsumers().isEmpty)
+    }
+
     /// A damaged next sequence number that went back below later entries (into a purged range,
     /// say) wrote the entry there, where no consumer past it would ever read it; one of 0
     /// trapped every reader of history, `verify` included. The write is refused now, and
