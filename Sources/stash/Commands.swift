@@ -153,9 +153,12 @@ struct Load: ParsableCommand {
     @Argument(help: "A JSON-lines file, or - for standard input.") var file: String
     @Option(help: "Commit every N records (default: all in one transaction).") var batch: Int?
 
+    func validate() throws {
+        if let batch, batch < 1 { throw ValidationError("--batch must be at least 1, not \(batch)") }
+    }
+
     func run() throws {
         try runCommand {
-            if let batch, batch < 1 { throw CommandFailure(message: "--batch must be at least 1") }
             let store = try openExisting(directory)
             let typeSchema = try requireType(store, type)
             let data: Data
@@ -377,9 +380,12 @@ struct History: AsyncParsableCommand {
     @Option(help: "At most this many entries.") var limit: Int?
     @Flag(help: "Keep printing new commits until interrupted.") var follow = false
 
+    func validate() throws {
+        if let limit, limit < 0 { throw ValidationError("--limit must be 0 or more, not \(limit)") }
+    }
+
     func run() async throws {
         do {
-            if let limit, limit < 0 { throw CommandFailure(message: "--limit must be 0 or more") }
             let store = try openExisting(directory, readOnly: true)
             for type in types { _ = try requireType(store, type) }   // a typo would print nothing, forever with --follow
             let start = try after.map { HistoryToken(sequence: $0) } ?? store.oldestAvailableToken()

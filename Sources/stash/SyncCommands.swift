@@ -49,11 +49,12 @@ struct Sync: ParsableCommand {
     @Option(help: "The family id to adopt (a UUID), for a store that has none.") var family: String?
     @OptionGroup var options: SyncOptions
 
+    func validate() throws {
+        guard (other == nil) != (relay == nil) else { throw ValidationError("give either a second store directory or --relay DIR") }
+    }
+
     func run() throws {
         try runCommand {
-            guard (other == nil) != (relay == nil) else {
-                throw CommandFailure(message: "give either a second store directory or --relay DIR")
-            }
             let key = try options.key()
             let store = try openExisting(directory)
             let wanted = try family.map(parseID)

@@ -120,7 +120,10 @@ import StashTestSupport
         let typo = try StashCLI.run("history", store, "--type", "Hone")
         #expect(typo.status != 0 && typo.stderr.contains("Hone") && typo.stderr.contains("Home"), "\(typo.stderr)")
         let negative = try StashCLI.run("history", store, "--limit=-1")
-        #expect(negative.status != 0 && negative.stderr.contains("--limit"), "\(negative.stderr)")
+        #expect(negative.status == 64 && negative.stderr.contains("--limit"), "\(negative.stderr)")
+        // Usage mistakes exit 64 with the usage, as other usage errors do (they exited 1).
+        #expect(try StashCLI.run("load", store, "Home", "-", "--batch", "0").status == 64)
+        #expect(try StashCLI.run("sync", store).status == 64)
         #expect(try StashCLI.run("history", store, "--type", "Home").stdout.split(separator: "\n").count == 1)
     }
 
