@@ -282,13 +282,11 @@ public final class Store: Sendable {
     /// commit), and that schema must not outlive a group that fails. A write publishes its own
     /// schema after its commit (see ``write(author:_:)``).
     func reloadCatalog<T: TransactionReading>(_ txn: T) throws -> Catalog {
+        if let read = txn as? ReadTransaction { return try catalog(for: read) }
         let generation = try txn.uint64(dbs.meta, key: MetaKey.schemaGeneration) ?? 0
         let current = catalog
         if generation == current.generation { return current }
-        let schema = try SchemaMerger.loadSchema(txn, dbs, path) ?? StoreSchema()
-        let fresh = Catalog(schema: schema, generation: generation)
-        if txn is ReadTransaction { publish(fresh) }
-        return fresh
+        return Catalog(schema: try SchemaMerger.loadSchema(txn, dbs, path) ?? StoreSchema(), generation: generation)
     }
 
     // MARK: Statistics
