@@ -237,7 +237,7 @@ extension Store {
     /// Removes a consumer registration; returns false when there was none.
     @discardableResult
     public func removeHistoryConsumer(_ name: String) throws -> Bool {
-        try write { tx in try tx.context.txn.delete(dbs.meta, key: MetaKey.consumer(name)) }
+        try write { tx in try tx.removeHistoryConsumer(name) }
     }
 
     /// Registered consumers and the token each has read up to.
@@ -306,6 +306,13 @@ extension StoreTransaction {
             throw StoreError(.historyAhead, "store \(reader.path): history consumer '\(name)' cannot have read up to \(token): the newest entry is \(current)")
         }
         try context.txn.put(reader.dbs.meta, key: MetaKey.consumer(name), uint64: token.sequence)
+    }
+
+    /// Removes a consumer registration in this transaction (see
+    /// ``Store/removeHistoryConsumer(_:)``); returns false when there was none.
+    @discardableResult
+    public func removeHistoryConsumer(_ name: String) throws -> Bool {
+        try context.txn.delete(reader.dbs.meta, key: MetaKey.consumer(name))
     }
 }
 

@@ -6,7 +6,9 @@ import Stash
 /// Kept in the store's metadata (`sync.peer.<site>`), updated in the same transaction as
 /// the changes it describes.
 public struct PeerWatermark: Codable, Sendable, Equatable {
-    /// The peer's site id, or ``relaySite`` for the shared relay medium.
+    /// The peer's site id; for a relay directory, ``relaySite`` + `.` + the relay's own id
+    /// (``RelayTransport/identity()``); ``relaySite`` alone for a transport to a shared medium
+    /// that names none.
     public var site: String
     /// Our history sequence numbers up to here have been delivered to the peer.
     public var sentThrough: UInt64 = 0
@@ -15,13 +17,28 @@ public struct PeerWatermark: Codable, Sendable, Equatable {
     public var lastSent: Date?
     public var lastReceived: Date?
 
-    /// The key of the relay pseudo-peer (a broadcast medium, not a store).
+    /// The key of the relay pseudo-peer (a broadcast medium, not a store). Before each relay
+    /// directory had its own watermark, every relay shared this one.
     public static let relaySite = "relay"
+
+    /// The watermark name of the relay directory whose id is `relay`.
+    static func relay(_ relay: RecordID) -> String { "\(relaySite).\(relay)" }
 
     static func key(_ site: String) -> String { "sync.peer.\(site)" }
 
+    /// The watermark of `site`. A relay directory's own that is not kept yet is the one
+    /// every relay shared before (``relaySite``), if there is one: a store that synced
+    /// through one relay directory goes on where it was (``SyncEngine/acknowledge(peer:through:)``
+    /// then moves it to the relay's own name).
     static func load(_ site: String, in reader: some StoreReading) throws -> PeerWatermark {
-        guard let bytes = try reader.metadata(for: key(site)) else { return PeerWatermark(site: site) }
+        guard let bytes = try reader.metadata(for: key(site)) else {
+            if site.hasPrefix(relaySite + "."), let shared = try reader.metadata(for: key(relaySite)),
+               var watermark = try? JSONDecoder().decode(PeerWatermark.self, from: Data(shared)) {
+                watermark.site = site
+                return watermark
+            }
+            return PeerWatermark(site: site)
+        }
         return (try? JSONDecoder().decode(PeerWatermark.self, from: Data(bytes))) ?? PeerWatermark(site: site)
     }
 

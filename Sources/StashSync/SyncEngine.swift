@@ -306,7 +306,13 @@ public final class SyncEngine: Sendable {
     /// The delta of changes `peer` has not received (peer nil: for the relay, all origins).
     /// A peer that fell behind purged history gets a full snapshot (``Delta/isFullSnapshot``).
     public func makeDelta(for peer: RecordID?, fullSnapshot: Bool = false) throws -> Delta {
-        return try store.read { snapshot in
+        try makeDelta(for: peer, watermark: peer?.description ?? PeerWatermark.relaySite, fullSnapshot: fullSnapshot)
+    }
+
+    /// ``makeDelta(for:fullSnapshot:)`` from the watermark named `name` (a transport's
+    /// ``SyncTransport/watermarkSite(for:)``).
+    func makeDelta(for peer: RecordID?, watermark name: String, fullSnapshot: Bool) throws -> Delta {
+        try store.read { snapshot in
             // What leaves must survive a power cut here: a commit lost after a peer got it would
             // be numbered again by the next one, which the peer would take for the one it has.
             // Flushed inside the snapshot, so every commit it sees is on disk.
@@ -314,7 +320,7 @@ public final class SyncEngine: Sendable {
             let schema = snapshot.schema
             let synced = Set(schema.types.filter { !$0.localOnly }.map(\.name))
             let bounds = try snapshot.historyBounds()
-            let watermark = try PeerWatermark.load(peer?.description ?? PeerWatermark.relaySite, in: snapshot)
+            let watermark = try PeerWatermark.load(name, in: snapshot)
             var entries: [RecordState] = []
             let full = fullSnapshot || watermark.sentThrough < bounds.purgedThrough.sequence
             if full {
@@ -349,9 +355,19 @@ public final class SyncEngine: Sendable {
     /// Records that our history up to `through` (at most the newest entry) reached `peer`
     /// (nil: the relay), and keeps history after it from being purged.
     public func acknowledge(peer: RecordID?, through: UInt64) throws {
-        let name = peer?.description ?? PeerWatermark.relaySite
+        try acknowledge(watermark: peer?.description ?? PeerWatermark.relaySite, through: through)
+    }
+
+    /// ``acknowledge(peer:through:)`` under the watermark named `name`. A relay directory's
+    /// first one takes the place of the watermark every relay shared before (it started from
+    /// there): that one and its history consumer go, or they would hold back every purge.
+    func acknowledge(watermark name: String, through: UInt64) throws {
         try store.write(author: "sync") { tx in
             var watermark = try PeerWatermark.load(name, in: tx)
+            if name.hasPrefix(PeerWatermark.relaySite + "."), try tx.metadata(for: PeerWatermark.key(PeerWatermark.relaySite)) != nil {
+                try tx.setMetadata(nil, for: PeerWatermark.key(PeerWatermark.relaySite))
+                try tx.removeHistoryConsumer("sync:\(PeerWatermark.relaySite)")
+            }
             // Nothing past the newest entry was sent: acknowledging it would keep later local
             // writes under those sequence numbers from ever being sent.
             watermark.sentThrough = max(watermark.sentThrough, min(through, try tx.historyBounds().current.sequence))
@@ -589,8 +605,9 @@ public final class SyncEngine: Sendable {
             guard try !store.isNewSiteRequested() else {
                 throw SyncError(.siteReused, "store \(store.path) was found to share its site \(site) with another replica; it takes a new site at its next open: reopen it, then sync")
             }
+            let name = try transport.watermarkSite(for: self)
             let requested = try transport.fullSnapshotRequested(by: self)
-            let delta = try makeDelta(for: transport.peer, fullSnapshot: requested)
+            let delta = try makeDelta(for: transport.peer, watermark: name, fullSnapshot: requested)
             // A range with nothing for the peer (local-only changes, or changes that came from
             // it) still goes out, empty, so that acknowledging it keeps the peer gap-free and
             // lets history up to it be purged.
@@ -601,7 +618,7 @@ public final class SyncEngine: Sendable {
                 try store.requestNewSite()
                 throw error
             }
-            try acknowledge(peer: transport.peer, through: delta.to)
+            try acknowledge(watermark: name, through: delta.to)
             return (delta.entries.count, delta.isFullSnapshot)
         }
     }
@@ -716,17 +733,36 @@ public final class SyncEngine: Sendable {
 
     // MARK: Status
 
-    /// Pending changes for `peer` (nil: the relay), last success and last error.
+    /// Pending changes for `peer` (nil: the relays, as far as the one furthest behind has
+    /// got; one relay directory: ``status(via:)``), last success and last error.
     public func status(peer: RecordID? = nil) throws -> SyncStatus {
         try Self.status(of: store, peer: peer, enabled: isEnabled)
+    }
+
+    /// Pending changes for the other end of `transport` (a relay directory has a watermark of
+    /// its own), last success and last error.
+    /// - Throws: `.transportFailed` when the transport cannot say who it is (a relay that is
+    ///   unavailable).
+    public func status(via transport: some SyncTransport) throws -> SyncStatus {
+        try Self.status(of: store, site: try transport.watermarkSite(for: self), enabled: isEnabled)
     }
 
     /// ``status(peer:)`` read from `store` without opening sync on it (which writes): for a
     /// store opened read-only. `enabled` is reported as given.
     public static func status(of store: Store, peer: RecordID? = nil, enabled: Bool) throws -> SyncStatus {
-        try store.read { snapshot in
+        if let peer { return try status(of: store, site: peer.description, enabled: enabled) }
+        let relays = try peers(of: store).filter { $0.site == PeerWatermark.relaySite || $0.site.hasPrefix(PeerWatermark.relaySite + ".") }
+        let behind = relays.min { $0.sentThrough < $1.sentThrough }
+        return try status(of: store, site: behind?.site ?? PeerWatermark.relaySite, enabled: enabled)
+    }
+
+    /// The status of the watermark named `site` (``PeerWatermark/site``, as ``peers(of:)``
+    /// lists them), read from `store` without opening sync on it.
+    public static func status(of store: Store, site: String, enabled: Bool) throws -> SyncStatus {
+        let peer = RecordID(string: site)
+        return try store.read { snapshot in
             let synced = Set(snapshot.schema.types.filter { !$0.localOnly }.map(\.name))
-            let watermark = try PeerWatermark.load(peer?.description ?? PeerWatermark.relaySite, in: snapshot)
+            let watermark = try PeerWatermark.load(site, in: snapshot)
             let bounds = try snapshot.historyBounds()
             var pending = 0
             if watermark.sentThrough < bounds.purgedThrough.sequence {

@@ -18,6 +18,15 @@ public protocol SyncTransport: Sendable {
     func fullSnapshotRequested(by engine: SyncEngine) throws -> Bool
     /// Asks `source` for a full snapshot on its next send.
     func requestFullSnapshot(from source: RecordID, for engine: SyncEngine) throws
+    /// The name under which `engine` keeps how far its history reached this transport's
+    /// other end (``PeerWatermark/site``): the peer's site, or for a shared medium a name of
+    /// its own, so that two media are never taken for one. Default: the peer's site, or
+    /// ``PeerWatermark/relaySite``.
+    func watermarkSite(for engine: SyncEngine) throws -> String
+}
+
+extension SyncTransport {
+    public func watermarkSite(for engine: SyncEngine) throws -> String { peer?.description ?? PeerWatermark.relaySite }
 }
 
 /// One delta offered by a transport, with what to do once it is applied.
@@ -119,6 +128,37 @@ public struct RelayTransport: SyncTransport {
     }
 
     public var peer: RecordID? { nil }
+
+    /// The relay's own name for what each store sent to it: `relay.<id>`, the id kept in the
+    /// directory (``identity()``). With one watermark for every relay directory (before), a
+    /// store that synced through one directory sent nothing of those changes to a second.
+    public func watermarkSite(for engine: SyncEngine) throws -> String { PeerWatermark.relay(try identity()) }
+
+    /// The relay directory's id (the file `relay-id` in it, written by the first store that
+    /// syncs through it). Two stores creating it at once agree: the file is linked into
+    /// place only if absent. Should it change all the same (a conflict copy of a cloud
+    /// container won), a store sends the new relay everything its readers may lack, once.
+    /// - Throws: `.transportFailed` when the relay is unavailable or the id cannot be written.
+    public func identity() throws -> RecordID {
+        try checkAvailable()
+        let url = directory.appendingPathComponent("relay-id")
+        if let id = readIdentity(url) { return id }
+        let temporary = directory.appendingPathComponent(AtomicFile.temporaryPrefix + UUID().uuidString)
+        try AtomicFile.write(Data(RecordID().description.utf8), to: temporary)
+        defer { unlink(temporary.path) }
+        if link(temporary.path, url.path) != 0 && errno != EEXIST {
+            let reason = String(cString: strerror(errno))
+            throw SyncError(.transportFailed, "cannot write the id of relay \(directory.path) (\(url.path): \(reason)); changes stay pending")
+        }
+        guard let id = readIdentity(url) else {
+            throw SyncError(.transportFailed, "relay \(directory.path) holds an id file that is not an id (\(url.path)); remove it, and every store sends the relay its changes again")
+        }
+        return id
+    }
+
+    private func readIdentity(_ url: URL) -> RecordID? {
+        (try? String(contentsOf: url, encoding: .utf8)).flatMap { RecordID(string: $0.trimmingCharacters(in: .whitespacesAndNewlines)) }
+    }
 
     private func folder(_ site: RecordID) -> URL { directory.appendingPathComponent(site.description) }
 

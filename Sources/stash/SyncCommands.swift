@@ -85,9 +85,10 @@ struct Sync: ParsableCommand {
                     throw CommandFailure(message: "\(relay) is a store, not a relay directory; give a folder the stores share (or sync two stores directly: stash sync \(directory) \(relay))")
                 }
                 let engine = try syncEngine(store, family: wanted, key: key)
-                let report = try engine.sync(via: RelayTransport(directory: URL(fileURLWithPath: relay)))
+                let transport = RelayTransport(directory: URL(fileURLWithPath: relay))
+                let report = try engine.sync(via: transport)
                 printLine("\(directory) ⇄ relay \(relay): \(report)")
-                printLine("status: \(try engine.status())")
+                printLine("status: \(try engine.status(via: transport))")
                 try failOnRefusals(report)
             }
         }
@@ -175,7 +176,7 @@ struct Peers: ParsableCommand {
             printLine("site \(store.siteID)  family \(try SyncEngine.family(of: store).map(\.description) ?? "none")  sync preference \(store.syncPreferenceAtOpen ? "on" : "off")")
             guard try SyncEngine.family(of: store) != nil else { return }
             for peer in try SyncEngine.peers(of: store).sorted(by: { $0.site < $1.site }) {
-                let pending = try SyncEngine.status(of: store, peer: RecordID(string: peer.site), enabled: store.syncPreferenceAtOpen).pendingOutgoing
+                let pending = try SyncEngine.status(of: store, site: peer.site, enabled: store.syncPreferenceAtOpen).pendingOutgoing
                 printLine("peer \(peer.site): sent through \(peer.sentThrough), received through \(peer.receivedThrough), \(pending) changes pending")
             }
             let parked = SyncEngine.parkedDeltas(of: store)

@@ -491,6 +491,68 @@ import StashTestSupport
         #expect(leftovers.isEmpty, "a's delta stays on the relay: \(leftovers)")
     }
 
+    /// Two relay directories (two cloud containers) shared one watermark: a store that sent
+    /// its changes through the first sent nothing of them through the second, whose readers
+    /// got them only if the store wrote again (and then found a gap). Each relay directory has
+    /// its own now.
+    @Test func eachRelayDirectoryGetsTheStoresChanges() throws {
+        let dir = TemporaryDirectory()
+        let first = RelayTransport(directory: try makeRelay(dir).url)
+        let secondURL = dir.url.appendingPathComponent("second relay")
+        try FileManager.default.createDirectory(at: secondURL, withIntermediateDirectories: true)
+        let second = RelayTransport(directory: secondURL)
+        let a = try Device.open(dir.sub("a"), family: family)
+        let b = try Device.open(dir.sub("b"), family: family)
+        let c = try Device.open(dir.sub("c"), family: family)
+        let note = Note(title: "through both relays", body: "")
+        try a.store.insert(note)
+        try a.engine.sync(via: first)
+        #expect(try a.engine.status(via: second).pendingOutgoing == 1)
+        try b.engine.sync(via: first)
+        try a.engine.sync(via: second)
+        try c.engine.sync(via: second)
+        #expect(try b.store.get(Note.self, id: note.id) == note)
+        #expect(try c.store.get(Note.self, id: note.id) == note)
+        #expect(try first.identity() != second.identity())
+        #expect(try a.engine.status(via: first).pendingOutgoing == 0)
+        #expect(try a.engine.status(via: second).pendingOutgoing == 0)
+        // Each relay's watermark holds back the purge of what it has not got.
+        let consumers = try a.store.historyConsumers()
+        let (firstID, secondID) = (try first.identity(), try second.identity())
+        #expect(consumers["sync:relay.\(firstID)"] != nil && consumers["sync:relay.\(secondID)"] != nil, "\(consumers)")
+    }
+
+    /// A store that synced through a relay before relay directories had watermarks of their
+    /// own goes on where it was (no second upload of its history) and drops the shared
+    /// watermark, whose history consumer would otherwise hold back every purge.
+    @Test func aStoreThatSyncedThroughARelayBeforeGoesOnWhereItWas() throws {
+        let dir = TemporaryDirectory()
+        let (relayURL, relay) = try makeRelay(dir)
+        let a = try Device.open(dir.sub("a"), family: family)
+        let b = try Device.open(dir.sub("b"), family: family)
+        // The exchange as the library did it before: the shared watermark, no relay id.
+        let early = Note(title: "sent before", body: "")
+        try a.store.insert(early)
+        let before = try a.engine.makeDelta(for: nil)
+        try relay.deliver(before.encoded(), delta: before, from: a.engine)
+        try a.engine.acknowledge(peer: nil, through: before.to)
+        #expect(try a.store.historyConsumers()["sync:relay"] != nil)
+
+        let late = Note(title: "sent after", body: "")
+        try a.store.insert(late)
+        try a.engine.sync(via: relay)
+        let files = try FileManager.default.contentsOfDirectory(atPath: relayURL.appendingPathComponent(a.engine.site.description).path)
+            .filter { $0.hasSuffix(".delta") }.sorted()
+        #expect(files.count == 2 && files[1].hasPrefix(String(format: "%020llu-", before.to + 1)), "\(files)")
+        let consumers = try a.store.historyConsumers()
+        let relayID = try relay.identity()
+        #expect(consumers["sync:relay"] == nil && consumers["sync:relay.\(relayID)"] != nil, "\(consumers)")
+        #expect(try a.engine.peers().map(\.site) == ["relay.\(relayID)"])
+        try b.engine.sync(via: relay)
+        #expect(try b.store.get(Note.self, id: early.id) == early)
+        #expect(try b.store.get(Note.self, id: late.id) == late)
+    }
+
     /// A relay in a fresh temporary directory.
     private func makeRelay(_ dir: TemporaryDirectory, quotaBytes: Int? = nil) throws -> (url: URL, relay: RelayTransport) {
         let url = dir.url.appendingPathComponent("relay")
@@ -698,6 +760,7 @@ import StashTestSupport
         let sent = try a.engine.sendChanges(via: RelayTransport(directory: relayURL))
         #expect(sent.entries == 1)
         #expect(try a.engine.status().isUpToDate)
+        #expect(try a.engine.status(via: RelayTransport(directory: relayURL)).isUpToDate)
     }
 
     @Test func backgroundSyncShipsChangesUntilCancelled() async throws {
@@ -1173,7 +1236,7 @@ import StashTestSupport
         try sync(a, b)
         for n in 0..<3 { try a.store.insert(DeviceSecret(value: "local \(n)")) }
         try sync(a, b)
-        #expect(try a.engine.status(peer: viaRelay ? nil : b.engine.site).pendingOutgoing == 0)
+        #expect(try (viaRelay ? a.engine.status(via: relay) : a.engine.status(peer: b.engine.site)).pendingOutgoing == 0)
         for store in [a.store, b.store] {
             let report = try store.purgeHistory(before: store.currentToken())
             #expect(report.overriddenConsumers.isEmpty)
