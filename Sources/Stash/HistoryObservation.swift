@@ -42,20 +42,26 @@ public struct HistoryObservation: AsyncSequence, Sendable {
         var token: HistoryToken?
         let pollInterval: Duration
         var buffer: [HistoryEntry] = []
+        /// The next entry of `buffer` to deliver.
+        var position = 0
 
         public mutating func next() async throws -> HistoryEntry? {
+            // Cancelled: the sequence ends, even with entries of the last page left.
+            if Task.isCancelled { return nil }
             if token == nil { token = try store.currentToken() }
-            while buffer.isEmpty {
+            while position == buffer.count {
                 if Task.isCancelled { return nil }
                 let page = try store.historyPage(after: token!, types: types, limit: 256)
                 buffer = page.entries
+                position = 0
                 token = page.scannedThrough
                 // A page cut short (a long run of other types) goes on at once.
                 if buffer.isEmpty && page.reachedEnd {
                     do { try await Task.sleep(for: pollInterval) } catch { return nil }   // cancelled
                 }
             }
-            return buffer.removeFirst()
+            position += 1
+            return buffer[position - 1]
         }
     }
 }

@@ -277,6 +277,24 @@ private struct Abort: Error {}
         #expect(delivered <= 1)
     }
 
+    /// Cancelling ends the sequence at once: entries already read into the iterator's page
+    /// were still delivered, up to a page of them, after the task was cancelled.
+    @Test func cancellingEndsTheSequenceEvenWithEntriesBuffered() async throws {
+        let dir = TemporaryDirectory()
+        let store = try Store.open(at: dir.path, types: [Home.self])
+        let start = try store.currentToken()
+        for n in 0..<5 { try store.insert(Home(name: "h\(n)")) }
+        let task = Task {
+            var delivered = 0
+            for try await _ in store.changes(after: start) {
+                delivered += 1
+                withUnsafeCurrentTask { $0?.cancel() }   // cancelled while four more wait
+            }
+            return delivered
+        }
+        #expect(try await task.value == 1)
+    }
+
     /// Commits made by another process (the CLI) reach an observer in this process.
     @Test func observationSeesCommitsFromAnotherProcess() async throws {
         let dir = TemporaryDirectory()
