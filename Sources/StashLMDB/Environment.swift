@@ -47,6 +47,10 @@ public final class Environment: @unchecked Sendable {
     private let queue = WriteQueue()
     private let pool: ReaderPool
     private let writesSinceReaderCheck = Atomic<Int>(0)
+    /// Set when `mdb_env_set_mapsize` failed to map the file again (out of address space):
+    /// LMDB has unmapped it, and any transaction would read freed memory. Every later
+    /// operation throws ``LMDBError/Code/mapLost`` instead.
+    private let unmapped = Atomic<Bool>(false)
 
     // MARK: Opening
 
@@ -153,8 +157,12 @@ public final class Environment: @unchecked Sendable {
         try check(mdb_env_create(&created), "mdb_env_create", path)
         guard let raw = created else { throw LMDBError(code: .panic, operation: "mdb_env_create", path: path) }
         do throws(LMDBError) {
-            try check(mdb_env_set_maxdbs(raw, MDB_dbi(configuration.maxDatabases)), "mdb_env_set_maxdbs", path)
-            try check(mdb_env_set_maxreaders(raw, UInt32(configuration.maxReaders)), "mdb_env_set_maxreaders", path)
+            guard let databases = MDB_dbi(exactly: configuration.maxDatabases), let readers = UInt32(exactly: configuration.maxReaders), readers > 0 else {
+                throw LMDBError(code: .invalid, operation: "open", path: path,
+                                detail: "maxDatabases (\(configuration.maxDatabases)) and maxReaders (\(configuration.maxReaders)) must be positive")
+            }
+            try check(mdb_env_set_maxdbs(raw, databases), "mdb_env_set_maxdbs", path)
+            try check(mdb_env_set_maxreaders(raw, readers), "mdb_env_set_maxreaders", path)
             // No map size before open: LMDB then adopts the size recorded in an existing file
             // (a size set here would win over it, shrinking a grown map to the data's size).
             // A read-only opener asks for no durability: it commits nothing, and the writable
@@ -267,6 +275,7 @@ public final class Environment: @unchecked Sendable {
 
     private func beginRead(_ handle: TransactionHandle) throws(LMDBError) {
         while true {
+            do throws(LMDBError) { try checkMapped("begin read transaction") } catch { pool.give(handle); throw error }
             gate.enter()
             let rc: Int32
             if let txn = handle.txn {
@@ -440,6 +449,10 @@ public final class Environment: @unchecked Sendable {
                     try check(mdb_txn_begin(env, parent.txn, 0, &child), "mdb_txn_begin (nested)", path)
                     let handle = TransactionHandle()
                     handle.txn = child
+                    // LMDB frees the child at its commit or abort: a transaction kept past its
+                    // closure (captured by an after-commit action) gets LMDB's EINVAL, as a
+                    // write that ran alone does, never the freed memory.
+                    defer { handle.txn = nil }
                     do {
                         try request.body(WriteTransaction(handle: handle, path: path))
                         request.error = nil
@@ -505,6 +518,7 @@ public final class Environment: @unchecked Sendable {
     ///   a read transaction, cannot wait to adopt the new size; ``LMDBError`` otherwise.
     private func beginWrite(_ handle: TransactionHandle) throws {
         while true {
+            try checkMapped("begin write transaction")
             gate.enter()
             var txn: OpaquePointer?
             let rc = mdb_txn_begin(env, nil, 0, &txn)
@@ -549,7 +563,14 @@ public final class Environment: @unchecked Sendable {
                                 detail: "the map reached maximumMapSize (\(configuration.maximumMapSize) bytes); raise it")
             }
             let next = min(configuration.maximumMapSize, current * 2)
-            try check(mdb_env_set_mapsize(env, next), "mdb_env_set_mapsize", path)
+            // LMDB unmaps the file before mapping it at the new size, and a failed mapping
+            // leaves the environment without a map. Whether the process can map that much
+            // is found out first (with the old map still in place, so conservatively).
+            guard Self.canMap(next) else {
+                throw LMDBError(code: .mapLimit, operation: "grow map", path: path,
+                                detail: "this process cannot map \(next) bytes (its address space is limited: ulimit -v, a container, the platform); the store stays usable at \(current) bytes: write less in one transaction, or raise the limit")
+            }
+            try setMapSize(next, "mdb_env_set_mapsize")
         }
         if grown == nil { throw ResizeRefusal(error: refused) }
     }
@@ -562,8 +583,35 @@ public final class Environment: @unchecked Sendable {
         return try gate.exclusive(whileWaiting: { [queue] isHolder in
             queue.refuse(where: isHolder, error: refused)
         }) { () throws(LMDBError) in
-            try check(mdb_env_set_mapsize(env, 0), "mdb_env_set_mapsize(0)", path)
+            try setMapSize(0, "mdb_env_set_mapsize(0)")
         } != nil
+    }
+
+    /// `mdb_env_set_mapsize`; a failure marks the environment unmapped (see ``unmapped``).
+    private func setMapSize(_ size: Int, _ operation: String) throws(LMDBError) {
+        let rc = mdb_env_set_mapsize(env, size)
+        guard rc == 0 else {
+            unmapped.store(true, ordering: .releasing)
+            throw LMDBError(code: .mapLost, operation: operation, path: path,
+                            detail: "resizing the map failed (\(String(cString: mdb_strerror(rc)))); close every store of this directory in this process and open it again")
+        }
+    }
+
+    /// Throws ``LMDBError/Code/mapLost`` once a resize left the environment without a map.
+    @inline(__always)
+    private func checkMapped(_ operation: @autoclosure () -> String) throws(LMDBError) {
+        if unmapped.load(ordering: .acquiring) {
+            throw LMDBError(code: .mapLost, operation: operation(), path: path,
+                            detail: "a resize of the map failed earlier; close every store of this directory in this process and open it again")
+        }
+    }
+
+    /// Whether `size` bytes of address space can be mapped now (reserved without access or
+    /// memory, then released).
+    private static func canMap(_ size: Int) -> Bool {
+        guard let probe = mmap(nil, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0), probe != MAP_FAILED else { return false }
+        munmap(probe, size)
+        return true
     }
 
     // MARK: Maintenance and statistics
@@ -571,6 +619,7 @@ public final class Environment: @unchecked Sendable {
     /// Clears reader slots of dead processes (`mdb_reader_check`). Returns how many were cleared.
     @discardableResult
     public func clearStaleReaders() -> Int {
+        if unmapped.load(ordering: .acquiring) { return 0 }
         var dead: Int32 = 0
         mdb_reader_check(env, &dead)
         return Int(dead)
@@ -578,6 +627,9 @@ public final class Environment: @unchecked Sendable {
 
     /// Map and reader figures of the environment.
     public func info() -> EnvironmentInfo {
+        if unmapped.load(ordering: .acquiring) {
+            return EnvironmentInfo(mapSize: 0, pageSize: 0, usedPages: 0, lastTransactionID: 0, maxReaders: configuration.maxReaders, readersInUse: 0)
+        }
         var info = MDB_envinfo()
         mdb_env_info(env, &info)
         var stat = MDB_stat()
@@ -608,6 +660,7 @@ public final class Environment: @unchecked Sendable {
     /// A read-only environment has nothing of its own to flush: free.
     public func sync() throws(LMDBError) {
         if isReadOnly { return }
+        try checkMapped("mdb_env_sync")
         try check(mdb_env_sync(env, 1), "mdb_env_sync", path)
     }
 }

@@ -55,6 +55,9 @@ public struct LMDBError: Error, CustomStringConvertible, Sendable {
         /// A write to an environment opened read-only (``EnvironmentConfiguration/readOnly``),
         /// or an open for writing of a directory this process has open read-only.
         public static let readOnly = Code(rawValue: -40006)
+        /// Resizing the map failed after LMDB had unmapped the file (out of address space): the
+        /// environment cannot be used until every store of its directory is closed and reopened.
+        public static let mapLost = Code(rawValue: -40007)
 
         public var description: String {
             switch self {
@@ -64,6 +67,7 @@ public struct LMDBError: Error, CustomStringConvertible, Sendable {
             case .mapLimit: return "map size limit reached"
             case .foreignData: return "the environment holds other data than its declared databases"
             case .readOnly: return "the environment is open read-only"
+            case .mapLost: return "the map was lost in a failed resize"
             default: return String(cString: mdb_strerror(rawValue))
             }
         }

@@ -474,6 +474,53 @@ import StashTestSupport
 
     // MARK: Map growth
 
+    /// A negative (or zero) reader count trapped converting it for LMDB: refused with a message.
+    @Test func impossibleLimitsAreRefusedAtOpen() throws {
+        let dir = TemporaryDirectory()
+        for (readers, databases) in [(-1, 16), (0, 16), (126, -1)] {
+            var config = EnvironmentConfiguration(databases: [DatabaseSpec("main")])
+            config.maxReaders = readers
+            config.maxDatabases = databases
+            let error = thrownError { _ = try Environment.open(path: dir.path, configuration: config) } as? LMDBError
+            #expect(error?.code == .invalid, "\(readers) readers, \(databases) databases: \(String(describing: error))")
+        }
+    }
+
+    /// A process that cannot map the grown size (an address-space limit: `ulimit -v`, a
+    /// container, iOS) got an error from the resize, and LMDB had unmapped the file: the next
+    /// transaction read freed memory and the process crashed. The resize is refused before
+    /// LMDB unmaps anything, and the environment goes on at its size. Run in a child process
+    /// (an exit test), whose address space is limited to a little more than it uses.
+    @Test func aMapThatCannotGrowLeavesTheEnvironmentUsable() async {
+        await #expect(processExitsWith: .success) {
+            let dir = TemporaryDirectory()
+            let env = try openEnvironment(dir.path, mapSize: 16 << 20, durability: .none)
+            let main = try env.database("main")
+            let status = try String(contentsOfFile: "/proc/self/status", encoding: .utf8)
+            let kib = status.split(separator: "\n").first { $0.hasPrefix("VmSize:") }
+                .flatMap { $0.split(separator: " ").dropFirst().first }.flatMap { Int($0) } ?? 0
+            var limit = rlimit()
+            getrlimit(Int32(RLIMIT_AS.rawValue), &limit)
+            limit.rlim_cur = rlim_t(kib * 1024 + (160 << 20))
+            guard kib > 0, setrlimit(Int32(RLIMIT_AS.rawValue), &limit) == 0 else { throw TestAbort() }
+            var failure: LMDBError?
+            for n in 0..<200 where failure == nil {
+                do {
+                    try env.write { txn throws in
+                        try txn.put(main, key: b(String(format: "blob%04d", n)), value: [UInt8](repeating: 7, count: 4 << 20))
+                    }
+                } catch let error as LMDBError {
+                    failure = error
+                }
+            }
+            guard let failure, failure.code == .mapLimit else { throw TestAbort() }
+            // Still usable: reads, and writes that fit.
+            let first = try env.read { txn throws in try txn.get(main, key: b("blob0000")) }
+            guard first?.count == 4 << 20 else { throw TestAbort() }
+            try env.write { txn throws in try txn.put(main, key: b("small"), value: b("fits")) }
+        }
+    }
+
     @Test func tinyInitialMapStillStores200MB() throws {
         let dir = TemporaryDirectory()
         let oneMiB = 1 << 20
