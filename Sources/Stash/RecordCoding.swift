@@ -60,6 +60,7 @@ final class RecordEncoder: Encoder {
                 encoder.nilNames.append(name)
                 continue
             }
+            try RecordEncoder.checkNesting(value, field: name)
             try encoder.field(name, value.kind) { $0.value(value) }
         }
         return try encoder.finish()
@@ -82,11 +83,25 @@ final class RecordEncoder: Encoder {
         return EncodedRecord(encoded: writer.bytes, fields: table)
     }
 
+    /// Refuses a value that nests arrays and maps deeper than records can be read back
+    /// (``RecordFormat/maximumNesting``).
+    static func checkNesting(_ value: FieldValue, field: String) throws {
+        switch value {
+        case .array, .map:
+            let depth = RecordFormat.nesting(of: value)
+            if depth > RecordFormat.maximumNesting {
+                throw EncodingError.invalidValue(value, .init(codingPath: [], debugDescription: "field \(field) nests arrays and maps \(depth) or more deep; at most \(RecordFormat.maximumNesting) can be stored"))
+            }
+        default: return
+        }
+    }
+
     /// The record written, with its field table (so that nobody parses it again).
     func finish() throws -> EncodedRecord {
         if let failure { throw failure }
         for (name, node) in pending {
             let value = node.resolved
+            try Self.checkNesting(value, field: name)
             try field(name, value.kind) { $0.value(value) }
         }
         pending.removeAll()
@@ -171,6 +186,7 @@ struct RecordKeyedEncoder<Key: CodingKey>: KeyedEncodingContainerProtocol {
                 encoder.nilNames.append(key.stringValue)
                 return
             }
+            try RecordEncoder.checkNesting(fieldValue, field: key.stringValue)
             try encoder.field(key.stringValue, fieldValue.kind) { $0.value(fieldValue) }
         }
     }

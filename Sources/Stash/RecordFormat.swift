@@ -17,6 +17,30 @@ import Foundation
 /// stored records (unknown tags are skipped, missing tags use defaults).
 enum RecordFormat {
     static let version: UInt8 = 1
+    /// How deep arrays and maps may nest in one value. Reading recurses once per level: an
+    /// unbounded depth let a few hundred KB of a delta (`09 01` repeated) overflow the stack
+    /// of every device importing it. Writes of deeper values are refused.
+    static let maximumNesting = 100
+
+    /// How deep `value` nests arrays and maps (0 for a scalar), found without recursion.
+    static func nesting(of value: FieldValue) -> Int {
+        var deepest = 0
+        var pending: [(FieldValue, Int)] = [(value, 0)]
+        while let (value, depth) = pending.popLast() {
+            switch value {
+            case .array(let items):
+                deepest = max(deepest, depth + 1)
+                if deepest > maximumNesting { return deepest }
+                for item in items { pending.append((item, depth + 1)) }
+            case .map(let entries):
+                deepest = max(deepest, depth + 1)
+                if deepest > maximumNesting { return deepest }
+                for item in entries.values { pending.append((item, depth + 1)) }
+            default: continue
+            }
+        }
+        return deepest
+    }
 
     enum Kind: UInt8 {
         case null = 0, `false` = 1, `true` = 2, int = 3, double = 4, string = 5, bytes = 6, uuid = 7, date1970 = 8, array = 9, map = 10, date = 11
@@ -248,7 +272,8 @@ struct ByteReader {
         return RecordID(high: high, low: low)
     }
 
-    mutating func value() throws -> FieldValue {
+    /// - Parameter depth: the arrays and maps around this value.
+    mutating func value(depth: Int = 0) throws -> FieldValue {
         switch try kind() {
         case .null: return .null
         case .false: return .bool(false)
@@ -261,26 +286,35 @@ struct ByteReader {
         case .date: return .date(Date(timeIntervalSinceReferenceDate: try payloadDouble()))
         case .date1970: return .date(Date(timeIntervalSince1970: try payloadDouble()))
         case .array:
+            try checkNesting(depth)
             let n = try varint()
             guard n <= UInt64(end - offset) else { throw RecordFormatError(reason: "array count \(n) beyond the record") }
             var items: [FieldValue] = []
             items.reserveCapacity(Int(n))
-            for _ in 0..<n { items.append(try value()) }
+            for _ in 0..<n { items.append(try value(depth: depth + 1)) }
             return .array(items)
         case .map:
+            try checkNesting(depth)
             let n = try varint()
             guard n <= UInt64(end - offset) else { throw RecordFormatError(reason: "map count \(n) beyond the record") }
             var entries: [String: FieldValue] = [:]
             for _ in 0..<n {
                 let key = try payloadString()
-                entries[key] = try value()
+                entries[key] = try value(depth: depth + 1)
             }
             return .map(entries)
         }
     }
 
+    /// An array or map inside `depth` others: refused past ``RecordFormat/maximumNesting``.
+    private func checkNesting(_ depth: Int) throws {
+        guard depth < RecordFormat.maximumNesting else {
+            throw RecordFormatError(reason: "arrays and maps nested more than \(RecordFormat.maximumNesting) deep at byte \(offset)")
+        }
+    }
+
     /// Moves past one value without building it.
-    mutating func skipValue() throws {
+    mutating func skipValue(depth: Int = 0) throws {
         switch try kind() {
         case .null, .false, .true: return
         case .int: _ = try varint()
@@ -288,13 +322,15 @@ struct ByteReader {
         case .string, .bytes: try skip(Int(clamping: try varint()))
         case .uuid: try skip(16)
         case .array:
+            try checkNesting(depth)
             let n = try varint()
-            for _ in 0..<n { try skipValue() }
+            for _ in 0..<n { try skipValue(depth: depth + 1) }
         case .map:
+            try checkNesting(depth)
             let n = try varint()
             for _ in 0..<n {
                 try skip(Int(clamping: try varint()))
-                try skipValue()
+                try skipValue(depth: depth + 1)
             }
         }
     }

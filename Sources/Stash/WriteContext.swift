@@ -228,7 +228,12 @@ final class WriteContext: FieldTagResolver {
     func encode(_ record: GenericRecord) throws -> (TypeLayout, EncodedRecord) {
         encodingType = record.type
         encodingLayout = nil
-        let encoded = try RecordEncoder.encode(fields: record.fields, resolver: self)
+        let encoded: EncodedRecord
+        do {
+            encoded = try RecordEncoder.encode(fields: record.fields, resolver: self)
+        } catch let error as EncodingError {
+            throw StoreError(.invalidValue, "store \(path): \(record.type) \(record.id) cannot be stored: \(describe(error))")
+        }
         return (try currentEncodingLayout(), encoded)
     }
 

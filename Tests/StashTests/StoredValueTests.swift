@@ -290,3 +290,41 @@ struct Fingerprint: Record, Equatable {
         #expect(try store.count(Fingerprint.self) == 1)
     }
 }
+
+struct Document: Record, Equatable {
+    var id = RecordID()
+    var body: FieldValue
+}
+
+@Suite struct NestingTests {
+    /// `depth` arrays, one inside the other, around an int.
+    private func nested(_ depth: Int) -> FieldValue {
+        (0..<depth).reduce(FieldValue.int(1)) { inner, _ in .array([inner]) }
+    }
+
+    /// Reading a value recursed once per array or map level with no bound: a few hundred KB
+    /// of a delta or record (`09 01` repeated) overflowed the stack and crashed the process.
+    @Test func aValueNestedPastTheLimitIsAnErrorNotACrash() throws {
+        var bytes: [UInt8] = []
+        for _ in 0..<200_000 { bytes += [9, 1] }
+        bytes.append(0)
+        #expect(throws: (any Error).self) { try RecordValueCoding.decode(bytes, at: 0, end: bytes.count) }
+    }
+
+    /// What can be written can be read back: values nested past the limit are refused on
+    /// the way in, naming the record and field; up to it they round-trip.
+    @Test func valuesNestedPastTheLimitAreRefusedOnWrite() throws {
+        let dir = TemporaryDirectory()
+        let store = try Store.open(at: dir.path, types: [Document.self])
+        let deepest = Document(body: nested(100))
+        try store.insert(deepest)
+        #expect(try store.get(Document.self, id: deepest.id) == deepest)
+        let error = thrownError { try store.insert(Document(body: nested(101))) } as? StoreError
+        #expect(error?.code == .invalidValue && error?.message.contains("body") == true, "\(String(describing: error))")
+        let generic = thrownError {
+            try store.write { tx in try tx.put(GenericRecord(type: "Document", id: RecordID(), fields: ["body": nested(101)])) }
+        } as? StoreError
+        #expect(generic?.code == .invalidValue && generic?.message.contains("body") == true, "\(String(describing: generic))")
+        #expect(try store.count(Document.self) == 1)
+    }
+}
