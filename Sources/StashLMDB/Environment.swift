@@ -147,7 +147,11 @@ public final class Environment: @unchecked Sendable {
             throw error
         }
         env = raw
-        pool = ReaderPool(capacity: max(1, min(32, configuration.maxReaders / 2)))
+        // An idle pooled handle keeps its reader slot (`mdb_txn_reset`), and the slots are
+        // shared by every process of the directory: a few busy processes keeping half the
+        // table each left none for the next reader. A small pool serves a process's usual
+        // concurrent reads without allocating.
+        pool = ReaderPool(capacity: max(1, min(8, configuration.maxReaders / 8)))
     }
 
     /// `mdb_env_create` and `mdb_env_open` of `path` (with `MDB_RDONLY` when `readOnlyFlag`);
@@ -303,7 +307,7 @@ public final class Environment: @unchecked Sendable {
             if rc == MDB_READERS_FULL, clearStaleReaders() > 0 { continue }
             pool.give(handle)
             throw LMDBError(code: .init(rawValue: rc), operation: "begin read transaction", path: path,
-                            detail: rc == MDB_READERS_FULL ? "raise maxReaders or end long-lived reads" : nil)
+                            detail: rc == MDB_READERS_FULL ? "every reader slot is taken (by reads open now, and up to 8 idle ones kept by each process of this directory): raise maxReaders or end long-lived reads" : nil)
         }
     }
 
