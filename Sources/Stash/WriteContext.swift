@@ -74,6 +74,11 @@ final class WriteContext: FieldTagResolver {
     private func storedClock() throws -> UInt64 {
         if let lastClock { return lastClock }
         let stored = try txn.uint64(dbs.meta, key: MetaKey.clock) ?? 0
+        // Every write takes a clock past it: at the top of the range the store's meta is
+        // damaged, and a write would trap.
+        guard stored < UInt64.max else {
+            throw StoreError(.corrupted, "store \(path): its stored clock is \(stored), past any time: the meta database is damaged; restore the store from a backup or a peer")
+        }
         lastClock = stored
         return stored
     }
@@ -490,17 +495,21 @@ final class WriteContext: FieldTagResolver {
         let key = StoreKeys.record(type.tag, id)
         guard let oldBytes = try txn.get(dbs.records, key: key) else { return false }
         let old = try decodeStored(oldBytes, type.name, id)
-        let idBytes = StoreKeys.indexValue(id)
-        for index in type.indexes {
-            try txn.delete(dbs.index, key: try indexKey(index, layout, old), value: idBytes)
-        }
-        try txn.delete(dbs.records, key: key)
+        // Everything that can fail on a damaged store (the versions, the clock) comes before
+        // the first delete: a caller that catches the error and commits must not commit half
+        // a delete (the record gone, its count and history not).
         var versions = try merged ?? versions(layout, id) ?? RecordVersions(incarnation: nil, tombstone: nil, fields: [:])
         if merged == nil {
             let latest = ([versions.incarnation, versions.tombstone].compactMap { $0 } + versions.fields.values).max()
             versions.tombstone = bumped(try writeVersion(), over: latest)
             versions.fields = [:]
         }
+        let keys = try type.indexes.map { try indexKey($0, layout, old) }
+        let idBytes = StoreKeys.indexValue(id)
+        for indexKey in keys {
+            try txn.delete(dbs.index, key: indexKey, value: idBytes)
+        }
+        try txn.delete(dbs.records, key: key)
         try txn.put(dbs.versions, key: key, value: versions.encoded())
         countDeltas[type.tag, default: 0] -= 1
         changes.append(.init(typeTag: type.tag, id: id, operation: .delete, fieldTags: [], origin: origin))

@@ -124,6 +124,31 @@ private struct Abort: Error {}
     /// say) wrote the entry there, where no consumer past it would ever read it; one of 0
     /// trapped every reader of history, `verify` included. The write is refused now, and
     /// `verify` reports the damage and any hole in history.
+    /// A damaged clock at the top of its range trapped every write (the next clock is one
+    /// past it); damaged versions made a delete throw after it had removed the record and its
+    /// index entries, so a caller that caught the error and committed kept half a delete.
+    @Test func damagedClockAndVersionsAreReportedBeforeAnythingChanges() throws {
+        let dir = TemporaryDirectory()
+        let store = try Store.open(at: dir.path, types: [Home.self])
+        let home = Home(name: "kept")
+        try store.insert(home)
+        let env = try Environment.open(path: dir.path)
+        let meta = try env.database("meta"), versions = try env.database("versions")
+        let clock = try env.read { txn in try txn.get(meta, key: Array("clock".utf8)) }
+        try env.write { txn in try txn.put(meta, key: Array("clock".utf8), uint64: .max) }
+        #expect { try store.insert(Home(name: "never")) } throws: { ($0 as? StoreError)?.code == .corrupted }
+        try env.write { txn in try txn.put(meta, key: Array("clock".utf8), value: clock ?? []) }
+
+        var key: [UInt8] = []
+        try env.read { txn in try txn.scan(versions, from: ScanStart<[UInt8]>.first) { found, _ in key = found; return false } }
+        try env.write { txn in try txn.put(versions, key: key, value: [0xff, 0xff]) }
+        _ = try store.write { tx in
+            #expect { try tx.delete(Home.self, id: home.id) } throws: { ($0 as? StoreError)?.code == .corrupted }
+        }
+        #expect(try store.get(Home.self, id: home.id) == home)
+        #expect(try store.count(Home.self, where: \.name, equals: "kept") == 1)
+    }
+
     @Test func aDamagedNextSequenceIsReportedNotUsed() throws {
         let dir = TemporaryDirectory()
         let store = try Store.open(at: dir.path, types: [Home.self])
