@@ -246,15 +246,20 @@ public final class Store: Sendable {
     /// on another writer's thread, sees the writes committed before it in the group, and
     /// rolls back alone when it throws. The call returns once its changes are durable (at the
     /// store's ``Durability``).
-    /// - Parameter author: recorded in the history entry (like Core Data's transaction author).
-    public func write<R>(author: String? = nil, _ body: (StoreTransaction) throws -> R) throws -> R {
+    /// The closure of a caller isolated to an actor (`@MainActor` code, an actor's method)
+    /// runs on the caller's thread, alone in its transaction, never in another writer's group.
+    /// - Parameters:
+    ///   - author: recorded in the history entry (like Core Data's transaction author).
+    ///   - isolation: the caller's actor, filled in by the compiler.
+    public func write<R>(author: String? = nil, isolation: isolated (any Actor)? = #isolation,
+                         _ body: (StoreTransaction) throws -> R) throws -> R {
         if isReadOnly {
             throw StoreError(.readOnly, "store \(path) was opened read-only (StoreOptions.readOnly); open it again without it to write")
         }
         var changedCatalog: Catalog?
         var afterCommit: [() -> Void] = []
         let result = try storageErrors(path) {
-            try env.write { txn in
+            try env.write(isolation: isolation) { txn in
                 let context = try WriteContext(store: self, txn: txn, author: author)
                 let result = try body(StoreTransaction(context: context, store: self))
                 try context.finish()

@@ -327,12 +327,17 @@ public final class Environment: @unchecked Sendable {
     /// its own changes, and one durable commit (one sync) serves them all. Every caller
     /// returns once the commit holding its changes is durable. A lone writer runs in a plain
     /// transaction, exactly as without grouping. The closure may therefore run on another
-    /// writer's thread while its caller waits; it must not rely on thread-local state.
+    /// writer's thread while its caller waits; it must not rely on thread-local state. The
+    /// write of a caller isolated to an actor is the exception (see `isolation`).
     ///
     /// A map-full condition is handled here (the map grows and `body` runs again), so `body`
     /// must only change the store. A write started inside a write closure throws
     /// ``LMDBError/Code/nestedWrite`` instead of deadlocking.
-    public func write<R>(_ body: (WriteTransaction) throws -> R) throws -> R {
+    /// - Parameter isolation: the caller's actor (filled in by the compiler). The closure of a
+    ///   caller isolated to an actor (`@MainActor` code, an actor's method) runs on the
+    ///   caller's own thread, alone in its transaction: run by another writer's thread it ran
+    ///   off its actor (UI code off the main thread, `assumeIsolated` trapping).
+    public func write<R>(isolation: isolated (any Actor)? = #isolation, _ body: (WriteTransaction) throws -> R) throws -> R {
         if isReadOnly {
             throw LMDBError(code: .readOnly, operation: "write", path: path,
                             detail: "the environment was opened read-only (EnvironmentConfiguration.readOnly); open it without it to write")
@@ -340,7 +345,7 @@ public final class Environment: @unchecked Sendable {
         try writer.refuseNested(path: path)
         return try withoutActuallyEscaping(body) { body in
             var result: R?
-            let request = PendingWrite(thread: currentThreadID()) { txn in result = try body(txn) }
+            let request = PendingWrite(thread: currentThreadID(), pinned: isolation != nil) { txn in result = try body(txn) }
             queue.submit(request) { batch in commitGroup(batch) }
             if let error = request.error { throw error }
             guard let result else {

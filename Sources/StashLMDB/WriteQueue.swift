@@ -20,13 +20,19 @@ final class PendingWrite: @unchecked Sendable {
     private var work: ((WriteTransaction) throws -> Void)?
     /// The caller's thread (`pthread_self`), to recognize a caller inside a read transaction.
     let thread: UInt
+    /// The caller is isolated to an actor (the main actor, say): its closure, isolated to the
+    /// same actor, runs on the caller's thread, alone in its transaction. Run by another
+    /// writer's thread it ran off its actor (UI code off the main thread). Nor does such a
+    /// caller run other writers' closures: the main thread would stall for their work.
+    let pinned: Bool
     /// Set by the leader while it holds the write: nil once committed, the reason otherwise.
     /// Set by ``WriteQueue/refuse(where:error:)`` for a write refused before it ran.
     var error: (any Error)?
     fileprivate(set) var state = State.queued
 
-    init(thread: UInt, _ body: @escaping (WriteTransaction) throws -> Void) {
+    init(thread: UInt, pinned: Bool = false, _ body: @escaping (WriteTransaction) throws -> Void) {
         self.thread = thread
+        self.pinned = pinned
         work = body
     }
 
@@ -45,7 +51,8 @@ final class PendingWrite: @unchecked Sendable {
 /// The writes waiting for the disk, and which thread commits them (leader/follower group
 /// commit): a caller that finds no commit in progress leads one, taking every write queued
 /// so far; callers that arrive meanwhile wait, and the first of them to wake leads the next
-/// group with all of them.
+/// group with all of them. A pinned write (of an actor-isolated caller) is only ever led by
+/// its own caller, alone.
 ///
 /// A write is claimed by the leader before its closure runs and stays claimed until the
 /// leader settles it (after its commit) or puts it back (after a roll-back). A write that is
@@ -88,9 +95,20 @@ final class WriteQueue: @unchecked Sendable {
             }
             // No commit in progress and this request still queued: lead a group.
             leading = true
-            gatherWriters()
-            let batch = pending
-            pending.removeAll(keepingCapacity: true)
+            let batch: [PendingWrite]
+            if request.pinned {
+                batch = [request]
+                pending.removeAll { $0 === request }
+            } else {
+                gatherWriters()
+                if pending.contains(where: \.pinned) {
+                    batch = pending.filter { !$0.pinned }
+                    pending.removeAll { !$0.pinned }
+                } else {
+                    batch = pending
+                    pending.removeAll(keepingCapacity: true)
+                }
+            }
             inFlight = batch
             leader = request.thread
             lastGroup = batch.count

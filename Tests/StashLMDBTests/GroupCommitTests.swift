@@ -48,6 +48,37 @@ import Testing
         return (before, env.info().lastTransactionID, errors.withLock { $0 })
     }
 
+    /// The write of a `@MainActor` caller (UI code) ran its closure, isolated to the main
+    /// actor, on whichever writer's thread led its group: off its actor, while the caller
+    /// waited. It runs on the caller's thread now, alone in its transaction.
+    @MainActor @Test func aMainActorWriteRunsOnItsCallersThread() throws {
+        let caller = pthread_self()
+        let dir = TemporaryDirectory()
+        let env = try openEnvironment(dir.path, durability: .none)
+        let main = try env.database("main")
+        let stop = DoneFlag(), stopped = DoneFlag()
+        let background = Thread {
+            var n = 0
+            while !stop.isSet {
+                try? env.write { txn in try txn.put(main, key: b("background \(n % 64)"), value: b("x")) }
+                n += 1
+            }
+            stopped.set()
+        }
+        background.start()
+        var offTheMainThread = 0
+        for n in 0..<400 {
+            try env.write { txn in
+                if pthread_equal(pthread_self(), caller) == 0 { offTheMainThread += 1 }
+                try txn.put(main, key: b("main \(n)"), value: b("y"))
+            }
+        }
+        stop.set()
+        while !stopped.isSet { Thread.sleep(forTimeInterval: 0.001) }
+        #expect(offTheMainThread == 0)
+        #expect(try env.read { txn in try txn.statistics(main).entries } >= 400)
+    }
+
     @Test func queuedWritersShareOneCommitAndSeeEachOthersChanges() throws {
         let dir = TemporaryDirectory()
         let env = try openEnvironment(dir.path)
