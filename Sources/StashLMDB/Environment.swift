@@ -867,22 +867,43 @@ final class ReaderPool: @unchecked Sendable {
 /// The process-wide registry of open environments, keyed by canonical path (rule 4).
 final class EnvironmentRegistry: @unchecked Sendable {
     static let shared = EnvironmentRegistry()
+    /// A directory's environment; none while it is being opened, or closed.
     private final class Entry { weak var environment: Environment? }
     private let condition = NSCondition()
     private var entries: [String: Entry] = [:]
 
+    /// The live environment of `path`, or the one `make` opens. The lock is not held while
+    /// `make` runs: an open waits for another process's write (its databases are opened in a
+    /// write transaction), and meanwhile opens of other directories, and closes, go on. Opens
+    /// of the same directory wait for it.
     func open(_ path: String, make: () throws(LMDBError) -> Environment) throws(LMDBError) -> Environment {
         condition.lock()
-        defer { condition.unlock() }
         while let entry = entries[path] {
-            if let live = entry.environment { return live }
-            // The last reference is being released right now: wait for its close.
+            if let live = entry.environment {
+                condition.unlock()
+                return live
+            }
+            // Being opened by another thread, or its last reference is being released right
+            // now: wait for that open or close to end.
             condition.wait()
         }
-        let environment = try make()
         let entry = Entry()
-        entry.environment = environment
         entries[path] = entry
+        condition.unlock()
+        let environment: Environment
+        do {
+            environment = try make()
+        } catch {
+            condition.lock()
+            entries[path] = nil
+            condition.broadcast()
+            condition.unlock()
+            throw error
+        }
+        condition.lock()
+        entry.environment = environment
+        condition.broadcast()
+        condition.unlock()
         return environment
     }
 

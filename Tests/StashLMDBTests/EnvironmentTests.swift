@@ -474,6 +474,33 @@ import StashTestSupport
 
     // MARK: Map growth
 
+    /// Opening a directory whose write lock another process holds waits for it (the
+    /// databases open in a write transaction); it held the process's registry lock meanwhile,
+    /// so opens of every other directory, and closes, waited too.
+    @Test func anOpenWaitingForAnotherProcessDoesNotHoldUpOtherDirectories() throws {
+        let dir = TemporaryDirectory()
+        let busy = dir.sub("busy")
+        do { _ = try openEnvironment(busy) }
+        let load = try LMDBTool.holdWriteLock(on: busy)
+        defer { LMDBTool.kill(load) }
+        let busyOpened = DispatchSemaphore(value: 0)
+        Thread.detachNewThread {
+            _ = try? openEnvironment(busy)
+            busyOpened.signal()
+        }
+        Thread.sleep(forTimeInterval: 0.3)   // that open is waiting inside LMDB now
+        let otherOpened = DispatchSemaphore(value: 0)
+        Thread.detachNewThread {
+            _ = try? openEnvironment(dir.sub("other"))
+            otherOpened.signal()
+        }
+        let inTime = otherOpened.wait(timeout: .now() + 10) == .success
+        #expect(inTime, "the open of another directory waited for the busy one")
+        LMDBTool.kill(load)
+        busyOpened.wait()
+        if !inTime { otherOpened.wait() }
+    }
+
     /// A negative (or zero) reader count trapped converting it for LMDB: refused with a message.
     @Test func impossibleLimitsAreRefusedAtOpen() throws {
         let dir = TemporaryDirectory()
