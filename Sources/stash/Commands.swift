@@ -384,13 +384,28 @@ struct Stat: ParsableCommand {
 }
 
 struct Verify: ParsableCommand {
-    static let configuration = CommandConfiguration(abstract: "Check that indexes, counts and history agree with the records; exit 1 on any mismatch.")
+    static let configuration = CommandConfiguration(
+        abstract: "Check that indexes, counts and history agree with the records; exit 1 on any mismatch.",
+        discussion: """
+        Progress goes to stderr ("verified N records", "verified N index entries", …) every --progress-every \
+        items of each phase, and the end of a phase that took that many ("verified N records: done"). \
+        The report goes to stdout.
+        """)
     @Argument(help: "The store directory.") var directory: String
+    @Option(help: "Report progress every N records or entries.") var progressEvery = 100_000
+
+    func validate() throws {
+        if progressEvery < 1 { throw ValidationError("--progress-every must be at least 1, not \(progressEvery)") }
+    }
 
     func run() throws {
         try runCommand {
             let store = try openExisting(directory, readOnly: true)
-            let report = try store.verify()
+            // A small store stays quiet, as before: only phases long enough to report
+            // progress report their end.
+            let report = try store.verify(progressEvery: progressEvery) { progress in
+                if !progress.isFinished || progress.checked >= progressEvery { printError("\(progress)") }
+            }
             printLine(report.description)
             if !report.isClean { Foundation.exit(1) }
         }
