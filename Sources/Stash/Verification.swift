@@ -1,7 +1,7 @@
 import Foundation
 import StashLMDB
 
-/// What ``Store/verify()`` found. A clean store has no problems.
+/// What ``Store/verify(progressEvery:progress:)`` found. A clean store has no problems.
 public struct VerificationReport: Sendable, CustomStringConvertible {
     /// One line per mismatch, naming type, record and index.
     public var problems: [String] = []
@@ -16,14 +16,78 @@ public struct VerificationReport: Sendable, CustomStringConvertible {
     }
 }
 
+/// How far ``Store/verify(progressEvery:progress:)`` has come: `checked` items of `phase`.
+public struct VerificationProgress: Sendable, CustomStringConvertible {
+    /// What `verify` reads, in this order (records and index entries alternate, type by type).
+    public enum Phase: String, Sendable, CaseIterable {
+        /// Every record: it decodes, has its index entries and versions.
+        case records = "records"
+        /// Every index entry: its record exists and gives its key.
+        case indexEntries = "index entries"
+        /// Every record again: its type tag is one the schema knows.
+        case recordTypes = "records for unknown types"
+        /// Every history entry: well-formed and in sequence.
+        case history = "history entries"
+        /// Every record the history names: stored or deleted as its last entry says.
+        case historyReplay = "records replayed from history"
+        /// Every record again, when no history was purged: the history names it.
+        case historyCoverage = "records for a history entry"
+    }
+
+    public let phase: Phase
+    /// Items of `phase` checked so far (of all types).
+    public let checked: Int
+    /// Whether `phase` is over: `checked` is then all it checked.
+    public let isFinished: Bool
+
+    /// "verified 100000 records", or "verified 123456 records: done" when the phase is over.
+    public var description: String { "verified \(checked) \(phase.rawValue)\(isFinished ? ": done" : "")" }
+}
+
+/// Counts the items `verify` checks per phase and reports every `interval` of them, and each
+/// phase's end. Does nothing without `report`.
+private struct VerificationProgressCounter {
+    let interval: Int
+    let report: ((VerificationProgress) -> Void)?
+    private var checked: [VerificationProgress.Phase: Int] = [:]
+
+    init(interval: Int, report: ((VerificationProgress) -> Void)?) {
+        self.interval = max(interval, 1)
+        self.report = report
+    }
+
+    mutating func count(_ phase: VerificationProgress.Phase) {
+        guard let report else { return }
+        let done = checked[phase, default: 0] + 1
+        checked[phase] = done
+        if done % interval == 0 { report(VerificationProgress(phase: phase, checked: done, isFinished: false)) }
+    }
+
+    func finish(_ phase: VerificationProgress.Phase) {
+        report?(VerificationProgress(phase: phase, checked: checked[phase, default: 0], isFinished: true))
+    }
+}
+
 extension Store {
     /// Checks, in one read snapshot, that every record decodes, every index entry matches a
     /// record (and every record has its entries), unique indexes hold one id per key, the
     /// stored counts equal the records, and the history is well-formed. Reports every mismatch.
     /// O(records + index entries + history entries).
-    public func verify() throws -> VerificationReport {
+    ///
+    /// ```swift
+    /// let report = try store.verify { print($0) }   // "verified 100000 records", …
+    /// if !report.isClean { print(report) }
+    /// ```
+    /// - Parameters:
+    ///   - progressEvery: how many items of a phase pass between two `progress` calls.
+    ///   - progress: called on the calling thread, inside the read, every `progressEvery`
+    ///     items of each ``VerificationProgress/Phase`` and once at the end of each phase that
+    ///     runs. A large store takes a while; this says how far the check has come. It runs
+    ///     inside the read, so it must not wait for a write to the store.
+    public func verify(progressEvery: Int = 100_000, progress: ((VerificationProgress) -> Void)? = nil) throws -> VerificationReport {
         try read { snapshot in
             var report = VerificationReport()
+            var counter = VerificationProgressCounter(interval: progressEvery, report: progress)
             let txn = snapshot.txn
             let catalog = try reloadCatalog(txn)
             var knownTags = Set<UInt16>()
@@ -33,6 +97,7 @@ extension Store {
                 var actual = 0
                 try txn.scan(dbs.records, prefix: StoreKeys.typePrefix(type.tag)) { key, value in
                     report.recordsChecked += 1
+                    counter.count(.records)
                     actual += 1
                     guard let id = StoreKeys.id(fromRecordKey: key) else {
                         report.problems.append("\(type.name): malformed record key of \(key.count) bytes")
@@ -84,6 +149,7 @@ extension Store {
                     var holdersUnderKey = 0
                     try txn.scan(dbs.index, prefix: StoreKeys.indexPrefix(type.tag, index.tag)) { key, value in
                         report.indexEntriesChecked += 1
+                        counter.count(.indexEntries)
                         if key != lastKey { holdersUnderKey = 0; lastKey = key }
                         guard let id = RecordID(bytes: value[...]) else {
                             report.problems.append("\(type.name) index \(index.name): malformed id of \(value.count) bytes")
@@ -110,15 +176,19 @@ extension Store {
                     }
                 }
             }
+            counter.finish(.records)
+            counter.finish(.indexEntries)
             // Records under a type tag the schema does not know.
             var strayTags = Set<UInt16>()
             try txn.scan(dbs.records, from: ScanStart<[UInt8]>.first) { key, _ in
+                counter.count(.recordTypes)
                 if key.count >= 2 {
                     let tag = UInt16(key[0]) << 8 | UInt16(key[1])
                     if !knownTags.contains(tag) { strayTags.insert(tag) }
                 }
                 return true
             }
+            counter.finish(.recordTypes)
             for tag in strayTags.sorted() { report.problems.append("records under type tag \(tag), unknown to the schema") }
             // History: well-formed entries below the next sequence number, and consistent with
             // the data: replaying which records were last written or deleted must match what is
@@ -136,6 +206,7 @@ extension Store {
             var lastWrite: [[UInt8]: (sequence: UInt64, deleted: Bool)] = [:]
             try txn.scan(dbs.history, from: ScanStart<[UInt8]>.first) { key, value in
                 report.historyEntriesChecked += 1
+                counter.count(.history)
                 let sequence = key.count == 8 ? key.reduce(UInt64(0)) { $0 << 8 | UInt64($1) } : 0
                 guard key.count == 8, sequence > purgedThrough.sequence, sequence <= current.sequence else {
                     report.problems.append("history entry with key \(key) outside \(purgedThrough.sequence &+ 1)...\(current.sequence)")
@@ -154,10 +225,12 @@ extension Store {
                 }
                 return true
             }
+            counter.finish(.history)
             if purgedThrough < current, expected <= current.sequence {
                 report.problems.append("history entries \(expected)...\(current.sequence) are missing")
             }
             for (key, last) in lastWrite {
+                counter.count(.historyReplay)
                 let stored = try txn.contains(dbs.records, key: key)
                 let name = catalog.layoutsByTag[UInt16(key[0]) << 8 | UInt16(key[1])]?.schema.name ?? "type#\(UInt16(key[0]) << 8 | UInt16(key[1]))"
                 let id = StoreKeys.id(fromRecordKey: key).map(\.description) ?? "?"
@@ -167,14 +240,17 @@ extension Store {
                     report.problems.append("\(name) \(id): written by history entry \(last.sequence) but not stored")
                 }
             }
+            counter.finish(.historyReplay)
             if purgedThrough == .beginning {
                 try txn.scan(dbs.records, from: ScanStart<[UInt8]>.first) { key, _ in
+                    counter.count(.historyCoverage)
                     if lastWrite[key] == nil {
                         let name = key.count >= 2 ? catalog.layoutsByTag[UInt16(key[0]) << 8 | UInt16(key[1])]?.schema.name ?? "?" : "?"
                         report.problems.append("\(name) \(StoreKeys.id(fromRecordKey: key).map(\.description) ?? "?"): stored but absent from history")
                     }
                     return true
                 }
+                counter.finish(.historyCoverage)
             }
             return report
         }

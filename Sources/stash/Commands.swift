@@ -145,7 +145,11 @@ struct Load: ParsableCommand {
         Every line is checked before anything is written, and all records are written in one transaction: \
         a bad line, or a record the store refuses (a unique value taken, say), stops the load with its line \
         number and writes nothing. With --batch N, every N records commit on their own: a refusal then keeps \
-        the batches before it, and the error says how many records were committed.
+        the batches before it, and the error says how many records were committed. \
+        The input is read a line at a time, twice (every line is checked, then written): standard input \
+        or a pipe is first copied to a temporary file (in TMPDIR), removed when the load ends. \
+        One transaction keeps what it writes in memory until it commits (LMDB's rule): for input larger \
+        than memory, use --batch.
         """)
 
     @Argument(help: "The store directory.") var directory: String
@@ -161,46 +165,69 @@ struct Load: ParsableCommand {
         try runCommand {
             let store = try openExisting(directory)
             let typeSchema = try requireType(store, type)
-            let data: Data
-            if file == "-" { data = FileHandle.standardInput.readDataToEndOfFile() }
-            else if let contents = FileManager.default.contents(atPath: file) { data = contents }
-            else { throw CommandFailure(message: "cannot read \(file)") }
-            guard let text = String(validating: data, as: UTF8.self) else {
-                // Decoding would put U+FFFD in place of every bad byte, silently.
-                let line = data.split(separator: UInt8(ascii: "\n"), omittingEmptySubsequences: false)
-                    .firstIndex { String(validating: $0, as: UTF8.self) == nil }.map { $0 + 1 } ?? 1
-                throw CommandFailure(message: "\(file) line \(line): not UTF-8 text (convert it first, e.g. iconv -f latin1 -t utf-8); nothing was written")
-            }
-            var records: [(line: Int, record: GenericRecord)] = []
-            for (n, line) in text.split(omittingEmptySubsequences: false, whereSeparator: { $0 == "\n" || $0 == "\r\n" }).enumerated() {
-                let text = line.trimmingCharacters(in: .whitespaces)
-                if text.isEmpty { continue }
-                do { records.append((n + 1, try genericRecord(type: typeSchema, json: try JSONValue.parse(text)))) }
-                catch { throw CommandFailure(message: "\(file) line \(n + 1): \(error)") }
-            }
-            let size = batch ?? max(records.count, 1)
+            // The input is streamed, never held whole (a multi-GB file must load in bounded
+            // memory): a first pass checks every line and keeps only the count, then the
+            // writes read the lines again. A write may run again when the map grows, so each
+            // run opens its own reader at the line where its batch starts (`next`). Without
+            // --batch the one write streams every line.
+            let input = try JSONLinesInput(path: file)
+            let (total, end) = try check(input, typeSchema)
+            let size = batch ?? max(total, 1)
             var written = 0
+            var next = JSONLinePosition.start
             var reported = 0   // a write that reruns (the map grew) does not print its progress again
-            while written < records.count {
-                let slice = records[written..<min(records.count, written + size)]
-                try store.write(author: "cli") { tx in
-                    for (n, (line, record)) in slice.enumerated() {
-                        do { try tx.put(record) } catch {
+            while written < total {
+                let (count, after) = try store.write(author: "cli") { tx in
+                    var lines = input.lines(from: next, upTo: end)
+                    var count = 0
+                    while count < size {
+                        var number = lines.position.line
+                        do {
+                            guard let line = try lines.next() else { break }
+                            number = line.number
+                            try tx.put(try genericRecord(type: typeSchema, json: try JSONValue.parse(line.text)))
+                        } catch {
                             let kept = written == 0 ? "nothing was written" : "the first \(written) records were committed (batches of \(size))"
-                            throw CommandFailure(message: "\(file) line \(line): \(error); \(kept)")
+                            throw CommandFailure(message: "\(file) line \((error as? NotUTF8Line)?.number ?? number): \(error); \(kept)")
                         }
-                        let done = written + n + 1
+                        count += 1
+                        let done = written + count
                         if done % 10_000 == 0 && done > reported {
-                            printError("loaded \(done)/\(records.count)")
+                            printError("loaded \(done)/\(total)")
                             reported = done
                         }
                     }
+                    return (count, lines.position)
                 }
-                written += slice.count
+                written += count
+                next = after
+                if count < size { break }   // the input ended early: it changed since it was checked
             }
-            if !records.isEmpty { printError("loaded \(written)/\(records.count)") }
+            if total > 0 { printError("loaded \(written)/\(total)") }
             printLine("\(written)")
         }
+    }
+
+    /// Reads every line of `input` as a record of `type` and keeps none: the number of records,
+    /// and where the input ended (the writes read no further, should it grow meanwhile).
+    /// - Throws: ``CommandFailure`` naming the first bad line.
+    private func check(_ input: JSONLinesInput, _ type: TypeSchema) throws -> (records: Int, end: JSONLinePosition) {
+        var lines = input.lines()
+        var records = 0
+        while true {
+            let line: JSONLine
+            do {
+                guard let next = try lines.next() else { break }
+                line = next
+            } catch let error as NotUTF8Line {
+                throw CommandFailure(message: "\(file) line \(error.number): \(error); nothing was written")
+            }
+            do { _ = try genericRecord(type: type, json: try JSONValue.parse(line.text)) }
+            catch { throw CommandFailure(message: "\(file) line \(line.number): \(error)") }
+            records += 1
+            if records % 10_000 == 0 { printError("checked \(records) records") }
+        }
+        return (records, lines.position)
     }
 }
 
@@ -357,13 +384,28 @@ struct Stat: ParsableCommand {
 }
 
 struct Verify: ParsableCommand {
-    static let configuration = CommandConfiguration(abstract: "Check that indexes, counts and history agree with the records; exit 1 on any mismatch.")
+    static let configuration = CommandConfiguration(
+        abstract: "Check that indexes, counts and history agree with the records; exit 1 on any mismatch.",
+        discussion: """
+        Progress goes to stderr ("verified N records", "verified N index entries", …) every --progress-every \
+        items of each phase, and the end of a phase that took that many ("verified N records: done"). \
+        The report goes to stdout.
+        """)
     @Argument(help: "The store directory.") var directory: String
+    @Option(help: "Report progress every N records or entries.") var progressEvery = 100_000
+
+    func validate() throws {
+        if progressEvery < 1 { throw ValidationError("--progress-every must be at least 1, not \(progressEvery)") }
+    }
 
     func run() throws {
         try runCommand {
             let store = try openExisting(directory, readOnly: true)
-            let report = try store.verify()
+            // A small store stays quiet, as before: only phases long enough to report
+            // progress report their end.
+            let report = try store.verify(progressEvery: progressEvery) { progress in
+                if !progress.isFinished || progress.checked >= progressEvery { printError("\(progress)") }
+            }
             printLine(report.description)
             if !report.isClean { Foundation.exit(1) }
         }

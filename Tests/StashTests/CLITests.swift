@@ -251,6 +251,35 @@ import StashTestSupport
         #expect(try StashCLI.run("count", store, "Item").stdout == "20\n")
     }
 
+    /// `stash verify` printed nothing until it was done: on a large store it looked hung. It
+    /// reports progress on stderr every --progress-every items of each phase (100,000 by
+    /// default) and the end of each phase that took that many; the report stays on stdout.
+    @Test func verifyReportsProgressOnStandardError() throws {
+        let dir = TemporaryDirectory()
+        let store = try StashCLI.makeStore(in: dir)
+        let homeID = RecordID().description
+        let lines = (0..<25).map { #"{"homeID": "\#(homeID)", "name": "item \#($0)", "wearCount": \#($0)}"# }
+        #expect(try StashCLI.run("load", store, "Item", "-", stdin: lines.joined(separator: "\n")).stdout == "25\n")
+        let verify = try StashCLI.run("verify", store, "--progress-every", "10")
+        #expect(verify.status == 0 && verify.stdout == "25 records, 50 index entries, 1 history entries checked: clean\n", "\(verify.stdout)")
+        // Item's two indexes hold 50 entries; the one history entry is below 10 and is quiet.
+        let expected = ["verified 10 records", "verified 20 records",
+                        "verified 10 index entries", "verified 20 index entries", "verified 30 index entries",
+                        "verified 40 index entries", "verified 50 index entries",
+                        "verified 25 records: done", "verified 50 index entries: done",
+                        "verified 10 records for unknown types", "verified 20 records for unknown types",
+                        "verified 25 records for unknown types: done",
+                        "verified 10 records replayed from history", "verified 20 records replayed from history",
+                        "verified 25 records replayed from history: done",
+                        "verified 10 records for a history entry", "verified 20 records for a history entry",
+                        "verified 25 records for a history entry: done"]
+        #expect(verify.stderr.split(separator: "\n").map(String.init) == expected, "\(verify.stderr)")
+        // A store smaller than the default step stays quiet.
+        let quiet = try StashCLI.run("verify", store)
+        #expect(quiet.status == 0 && quiet.stderr.isEmpty && quiet.stdout == verify.stdout, "\(quiet.stderr)")
+        #expect(try StashCLI.run("verify", store, "--progress-every", "0").status == 64)
+    }
+
     /// A JSON-lines file with Windows line ends was one line to `load` (Swift reads "\r\n" as
     /// one character, which a split at "\n" never meets), so it failed on line 1.
     @Test func loadReadsWindowsLineEnds() throws {

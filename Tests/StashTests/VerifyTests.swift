@@ -197,4 +197,38 @@ import StashTestSupport
         let report = try store.verify()
         #expect(report.problems.contains { $0.contains("Home") && $0.contains("count") }, "\(report.problems)")
     }
+
+    /// `verify` said nothing until it was done: on a large store it looked hung. It reports
+    /// every `progressEvery` items of each phase and the end of each phase, with the totals
+    /// its report gives; the report is the same as without progress.
+    @Test func verifyReportsItsProgressPerPhase() throws {
+        let dir = TemporaryDirectory()
+        let store = try Store.open(at: dir.path, types: [Home.self, Item.self])
+        let home = Home(name: "h")
+        try store.write { tx in
+            try tx.insert(home)
+            for n in 0..<12 { try tx.insert(Item(homeID: home.id, name: "i\(n)", category: "c\(n % 2)", wearCount: n, price: 1)) }
+        }
+        for n in 12..<15 { try store.insert(Item(homeID: home.id, name: "i\(n)", category: "c", wearCount: n, price: 1)) }
+        var events: [VerificationProgress] = []
+        let report = try store.verify(progressEvery: 5) { events.append($0) }
+        #expect(report.isClean, "\(report)")
+        #expect(report.description == (try store.verify()).description)
+        #expect(report.recordsChecked == 16 && report.indexEntriesChecked == 45 && report.historyEntriesChecked == 4)
+
+        let finished = events.filter(\.isFinished)
+        #expect(finished.map(\.phase) == VerificationProgress.Phase.allCases)
+        let totals: [VerificationProgress.Phase: Int] = [.records: 16, .indexEntries: 45, .recordTypes: 16, .history: 4,
+                                                         .historyReplay: 16, .historyCoverage: 16]
+        for phase in VerificationProgress.Phase.allCases {
+            let steps = events.filter { $0.phase == phase && !$0.isFinished }.map(\.checked)
+            #expect(steps == Array(stride(from: 5, through: totals[phase]!, by: 5)), "\(phase): \(steps)")
+            #expect(finished.first { $0.phase == phase }?.checked == totals[phase], "\(phase)")
+        }
+        // Each phase's end comes after its steps.
+        let last = events.lastIndex { $0.phase == .records && !$0.isFinished }!
+        #expect(events.firstIndex { $0.phase == .records && $0.isFinished }! > last)
+        #expect(events.first { $0.phase == .indexEntries && !$0.isFinished }?.description == "verified 5 index entries")
+        #expect(finished.first?.description == "verified 16 records: done")
+    }
 }
