@@ -309,9 +309,38 @@ public struct RelayTransport: SyncTransport {
         return result
     }
 
+    /// True when a reader asked for a full snapshot, or when this store's files have grown
+    /// past the point where one full snapshot is smaller (see ``compactionDue(for:)``).
     public func fullSnapshotRequested(by engine: SyncEngine) throws -> Bool {
         let requests = folder(engine.site).appendingPathComponent("requests")
-        return ((try? FileManager.default.contentsOfDirectory(atPath: requests.path)) ?? []).contains { !$0.hasPrefix(".") }
+        if ((try? FileManager.default.contentsOfDirectory(atPath: requests.path)) ?? []).contains(where: { !$0.hasPrefix(".") }) { return true }
+        return compactionDue(for: engine)
+    }
+
+    /// Files a store keeps after its last full snapshot before it compacts, at least.
+    static let compactionMinimumFiles = 4
+    /// Bytes of files after the last full snapshot that never call for a compaction.
+    static let compactionMinimumBytes = 64 << 10
+
+    /// With no reader yet (a store alone on the relay, until its second device joins),
+    /// nothing is ever deleted, and every sync added a file: the relay grew without bound,
+    /// to its quota. Once the files after the store's last full snapshot (or its first file,
+    /// when that starts at the beginning) outweigh it, a full snapshot replaces them all (the
+    /// clean-up deletes what it supersedes; a reader to come starts from it), so the store
+    /// keeps at most about twice its synced data on the relay.
+    private func compactionDue(for engine: SyncEngine) -> Bool {
+        let readers = readers(of: engine)
+        guard readers.counted == 0 && !readers.staleBehind else { return false }
+        let files = deltas(of: folder(engine.site))
+        let base = files.lastIndex { $0.full || $0.from <= 1 }
+        let since = files[(base.map { $0 + 1 } ?? 0)...]
+        guard since.count >= Self.compactionMinimumFiles else { return false }
+        let baseBytes = base.map { fileSize(files[$0].url) } ?? 0
+        return since.reduce(0) { $0 + fileSize($1.url) } > max(baseBytes, Self.compactionMinimumBytes)
+    }
+
+    private func fileSize(_ url: URL) -> Int {
+        ((try? FileManager.default.attributesOfItem(atPath: url.path))?[.size] as? NSNumber)?.intValue ?? 0
     }
 
     /// Leaves a request in `source`'s folder, unless one is there already. Nothing is written
@@ -351,9 +380,31 @@ public struct RelayTransport: SyncTransport {
     private func cleanUp(for engine: SyncEngine) throws {
         let mine = folder(engine.site)
         removeLeftoverTemporaryFiles(in: mine)
+        let readers = readers(of: engine)
+        let files = deltas(of: mine)
+        // No reader at all, or only readers of other families: keep everything for the
+        // family's readers to come, except what a full snapshot supersedes (they start
+        // from it: see ``compactionDue(for:)``).
+        if readers.counted == 0 && !readers.staleBehind {
+            guard let full = files.last(where: \.full) else { return }
+            for file in files where file.to <= full.to && file.url != full.url {
+                try? FileManager.default.removeItem(at: file.url)
+            }
+            return
+        }
+        let newest = files.max { $0.to < $1.to }?.url
+        for file in files where file.to <= readers.acknowledged && !(readers.staleBehind && file.url == newest) {
+            try? FileManager.default.removeItem(at: file.url)
+        }
+    }
+
+    /// The readers of `engine`'s files: how many count (of its family, heard from within
+    /// `staleReaderAge`), the least of their acknowledgements (`UInt64.max` with none), and
+    /// whether a silent reader was left out.
+    private func readers(of engine: SyncEngine) -> (counted: Int, acknowledged: UInt64, staleBehind: Bool) {
+        let mine = folder(engine.site)
         let readers = ((try? FileManager.default.contentsOfDirectory(atPath: directory.path)) ?? [])
             .filter { RecordID(string: $0) != nil && $0 != engine.site.description }
-        guard !readers.isEmpty else { return }
         let now = engine.store.clock().timeIntervalSince1970
         var acknowledged = UInt64.max
         var counted = 0
@@ -369,14 +420,7 @@ public struct RelayTransport: SyncTransport {
             acknowledged = min(acknowledged, readAcknowledgement(ack) ?? 0)
             counted += 1
         }
-        // Only readers of other families: as with no reader at all, keep everything for the
-        // family's readers to come.
-        if counted == 0 && !staleBehind { return }
-        let files = deltas(of: mine)
-        let newest = files.max { $0.to < $1.to }?.url
-        for file in files where file.to <= acknowledged && !(staleBehind && file.url == newest) {
-            try? FileManager.default.removeItem(at: file.url)
-        }
+        return (counted, acknowledged, staleBehind)
     }
 
     /// Removes the temporary files of writes killed before their rename (``AtomicFile``) from

@@ -553,6 +553,35 @@ import StashTestSupport
         #expect(try b.store.get(Note.self, id: late.id) == late)
     }
 
+    /// A store alone on a relay (its second device not set up yet) kept every file it
+    /// wrote: nobody acknowledged them, so none was deleted, and the relay grew by a file per
+    /// sync until its quota. Once its files outweigh a full snapshot, one replaces them; a
+    /// device joining later starts from it and gets everything.
+    @Test func aStoreAloneOnARelayKeepsItsFilesBounded() throws {
+        let dir = TemporaryDirectory()
+        let (relayURL, relay) = try makeRelay(dir)
+        let a = try Device.open(dir.sub("a"), family: family)
+        var notes: [Note] = []
+        for n in 0..<40 {
+            let note = Note(title: "note \(n)", body: String(repeating: "x", count: 4_000))
+            try a.store.insert(note)
+            notes.append(note)
+            try a.engine.sync(via: relay)
+        }
+        let folder = relayURL.appendingPathComponent(a.engine.site.description)
+        let files = try FileManager.default.contentsOfDirectory(atPath: folder.path).filter { $0.hasSuffix(".delta") }
+        #expect(files.count < 20 && files.contains { $0.hasSuffix("-full.delta") }, "\(files.count) files: \(files.sorted())")
+        let b = try Device.open(dir.sub("b"), family: family)
+        try b.engine.sync(via: relay)
+        #expect(try b.store.count(Note.self) == notes.count)
+        #expect(try canonicalDump(a.store) == canonicalDump(b.store))
+        // With a reader, files go once read, as before.
+        try a.engine.sync(via: relay)
+        try b.engine.sync(via: relay)
+        try a.engine.sync(via: relay)
+        #expect(try FileManager.default.contentsOfDirectory(atPath: folder.path).filter { $0.hasSuffix(".delta") }.isEmpty)
+    }
+
     /// A relay in a fresh temporary directory.
     private func makeRelay(_ dir: TemporaryDirectory, quotaBytes: Int? = nil) throws -> (url: URL, relay: RelayTransport) {
         let url = dir.url.appendingPathComponent("relay")
