@@ -290,7 +290,8 @@ struct ByteReader {
             let n = try varint()
             guard n <= UInt64(end - offset) else { throw RecordFormatError(reason: "array count \(n) beyond the record") }
             var items: [FieldValue] = []
-            items.reserveCapacity(Int(n))
+            // Bounded: every level of a crafted value could reserve its bytes over again.
+            items.reserveCapacity(Int(min(n, 1024)))
             for _ in 0..<n { items.append(try value(depth: depth + 1)) }
             return .array(items)
         case .map:

@@ -550,9 +550,13 @@ final class WriteContext: FieldTagResolver {
         for (name, field) in state.fields {
             let (tag, slot) = try tag(for: name, kind: field.value.kind, hint: values.last.map { $0.slot + 1 } ?? 0)
             fieldVersions[tag] = field.version
-            // A null is stored only for a field with a default (where no field reads as the
-            // default, see `RecordEncoder.finish`), as the replica that wrote it stores it.
-            if name != "id", field.value != .null || layout.defaults[name] != nil { values.append((slot, tag, field.value)) }
+            // A null is stored only for an optional field with a default (where no field reads
+            // as the default, see `RecordEncoder.finish`), as the replica that wrote it stores
+            // it. A field required here reads a stored null as nothing, failing typed reads:
+            // a nil from a replica where it is optional leaves it out (it reads as the default).
+            if name != "id", field.value != .null || (layout.defaults[name] != nil && layout.schema.field(named: name)?.optional != false) {
+                values.append((slot, tag, field.value))
+            }
         }
         // This store's schema order, as its typed writes store fields: typed reads of merged
         // records then find each field where they look first.

@@ -191,15 +191,31 @@ public final class SyncEngine: Sendable {
             var wanted = try fullSnapshotsWanted(in: tx)
             for (source, types) in skipped where !types.isDisjoint(with: synced) {
                 guard let site = RecordID(string: source) else { continue }
-                // A direct peer reads the request from this store, whichever side starts the
-                // exchange: it is asked here; a relay is asked at the next fetch through it.
-                try tx.setMetadata([1], for: DirectTransport.requestKey(site))
-                wanted[source, default: []].insert("direct")
+                try noteFullSnapshotWanted(from: site, in: &wanted, tx)
                 skipped[source] = types.subtracting(synced)
             }
             try saveFullSnapshotsWanted(wanted, in: tx)
             try tx.setMetadata(Array(try JSONEncoder().encode(skipped.filter { !$0.value.isEmpty })), for: skippedTypesKey)
             try tx.setMetadata(nil, for: Store.typesTurnedSyncedKey)
+        }
+    }
+
+    /// Notes in `wanted` (saved by the caller) that a full snapshot of `site` is wanted. A
+    /// direct peer reads the request from this store, whichever side starts the exchange: it
+    /// is asked here; a relay is asked at the next fetch through it.
+    private static func noteFullSnapshotWanted(from site: RecordID, in wanted: inout [String: Set<String>], _ tx: StoreTransaction) throws {
+        try tx.setMetadata([1], for: DirectTransport.requestKey(site))
+        wanted[site.description, default: []].insert("direct")
+    }
+
+    /// Asks `source` for a full snapshot at the next exchange with it (see
+    /// ``noteFullSnapshotWanted(from:in:_:)``), unless one is wanted already.
+    private func wantFullSnapshot(from source: RecordID) throws {
+        try store.write(author: "sync") { tx in
+            var wanted = try Self.fullSnapshotsWanted(in: tx)
+            guard wanted[source.description] == nil else { return }
+            try Self.noteFullSnapshotWanted(from: source, in: &wanted, tx)
+            try Self.saveFullSnapshotsWanted(wanted, in: tx)
         }
     }
 
@@ -412,17 +428,29 @@ public final class SyncEngine: Sendable {
            try head.from <= store.read({ try PeerWatermark.load(source, in: $0) }).receivedThrough &+ 1 {
             // Only behind a head that waits for the schema alone; a head with a gap before it
             // must not hold back the deltas that will find the gap and ask for a full snapshot.
-            if !waiting.contains(where: { $0.from <= delta.from && $0.to >= delta.to }) { try park(data, delta) }
+            if !waiting.contains(where: { $0.from <= delta.from && $0.to >= delta.to }) { try park(data, delta, reason: nil) }
+            // This delta fits here while the parked head, which names nothing unknown here,
+            // does not: the source has moved on, and the head may be older than this store's
+            // schema (its values in a field's kind from before a migration here) and never
+            // fit. A full snapshot of the source, in its schema now, goes ahead of them all and
+            // supersedes them. (A head waiting for types or fields this store does not know
+            // yet fits once this store upgrades: no snapshot then.)
+            if let reason = parkReason(head.url), !reason.hasPrefix(Self.unknownPrefix),
+               try store.read({ try incompatibility(delta, in: $0) }) == nil {
+                try wantFullSnapshot(from: delta.source)
+            }
             return .parked(reason: "waiting behind the parked deltas of \(source)")
         }
         // The schema check runs in the write transaction that merges, against the schema it
         // sees: another process cannot change the schema in between.
         let result: Result<ApplyOutcome, Incompatibility> = try store.write(author: "sync") { tx in
+            var watermark = try PeerWatermark.load(source, in: tx)
+            // A range applied before is a duplicate whatever its schema (checked first: parked
+            // as incompatible, one applied before a migration here held back its source).
+            if !delta.isFullSnapshot, delta.to <= watermark.receivedThrough { return .success(.duplicate) }
             if let reason = try incompatibility(delta, in: tx) { return .failure(Incompatibility(reason: reason)) }
             let localOnly = Set(tx.schema.types.filter(\.localOnly).map(\.name))
-            var watermark = try PeerWatermark.load(source, in: tx)
             if !delta.isFullSnapshot {
-                if delta.to <= watermark.receivedThrough { return .success(.duplicate) }
                 if delta.from > watermark.receivedThrough &+ 1, watermark.receivedThrough < .max {
                     throw SyncError(.gap, "\(name) covers \(delta.from)...\(delta.to) of \(source), but this store has applied only up to \(watermark.receivedThrough); deliver the missing deltas first")
                 }
@@ -458,12 +486,12 @@ public final class SyncEngine: Sendable {
         let superseded = waiting.filter { $0.to <= delta.to }
         switch result {
         case .success(let outcome):
-            for file in superseded { try? FileManager.default.removeItem(at: file.url) }
+            for file in superseded { removeParked(file.url) }
             return outcome
         case .failure(let incompatible):
             if parking {
-                try park(data, delta)
-                for file in superseded { try? FileManager.default.removeItem(at: file.url) }
+                for file in superseded { removeParked(file.url) }
+                try park(data, delta, reason: incompatible.reason)
             }
             return .parked(reason: incompatible.reason)
         }
@@ -491,24 +519,26 @@ public final class SyncEngine: Sendable {
         let schema = reading.schema
         if SchemaFingerprint.of(schema) == delta.schemaFingerprint { return nil }
         for entry in delta.entries {
-            guard let type = schema.type(named: entry.type) else { return "unknown type \(entry.type)" }
+            guard let type = schema.type(named: entry.type) else { return "\(Self.unknownPrefix)type \(entry.type)" }
             // Local-only here: the merge leaves it out, so nothing of it can stand in the way.
             if type.localOnly { continue }
             // A field required here without a default (added while this store held no record of
-            // the type) that a source on an older schema never wrote: typed reads of the merged
-            // record would fail. The record here may have it, and then the merge keeps it.
-            if entry.exists, let missing = type.fields.first(where: { field in
-                !field.optional && field.defaultValue == nil && field.name != "id" && entry.fields[field.name] == nil
-            }) {
+            // the type) that a source on an older schema never wrote, or wrote as nil (optional
+            // there, set and cleared): typed reads of the merged record would fail. The record
+            // here may have it, and then the merge keeps it.
+            let lacking = type.fields.filter { field in
+                !field.optional && field.defaultValue == nil && field.name != "id" && (entry.fields[field.name]?.value ?? .null) == .null
+            }
+            if entry.exists, !lacking.isEmpty {
                 let local = try reading.recordState(typeNamed: entry.type, id: entry.id)
                 let counters = Set(type.fields.filter { $0.counter == true }.map(\.name))
                 let merged = local.merged(with: entry, counters: counters)
-                if merged.exists, merged.fields[missing.name] == nil {
-                    return "\(entry.type).\(missing.name) is required here and has no default, but \(entry.type) \(entry.id) from the source lacks it; give the field a default (Record.fieldDefaults) or make it optional"
+                if merged.exists, let missing = lacking.first(where: { (merged.fields[$0.name]?.value ?? .null) == .null }) {
+                    return "\(entry.type).\(missing.name) is required here and has no default, but \(entry.type) \(entry.id) from the source lacks it (or holds nil); give the field a default (Record.fieldDefaults) or make it optional"
                 }
             }
             for (name, field) in entry.fields {
-                guard let known = type.field(named: name) else { return "unknown field \(entry.type).\(name)" }
+                guard let known = type.field(named: name) else { return "\(Self.unknownPrefix)field \(entry.type).\(name)" }
                 if let kind = field.value.kind, let knownKind = known.kind, kind != knownKind {
                     return "\(entry.type).\(name) is \(knownKind.rawValue) here, \(kind.rawValue) in the delta"
                 }
@@ -539,10 +569,31 @@ public final class SyncEngine: Sendable {
         }
     }
 
-    private func park(_ data: Data, _ delta: Delta) throws {
+    /// Keeps `delta` until the schema lets it apply, with why it does not now (`reason`, nil
+    /// for one that waits behind another) beside it (`<name>.reason`).
+    private func park(_ data: Data, _ delta: Delta, reason: String?) throws {
         let name = String(format: "%@-%020llu-%020llu.delta", delta.source.description, delta.from, delta.to)
-        try AtomicFile.write(data, to: parkedDirectory.appendingPathComponent(name))
+        let url = parkedDirectory.appendingPathComponent(name)
+        try AtomicFile.write(data, to: url)
+        if let reason { try AtomicFile.write(Data(reason.utf8), to: Self.reasonFile(url)) }
     }
+
+    /// Why the parked delta at `url` did not fit when it was parked (nil: it waited behind
+    /// another, or was parked by a library that kept no reason).
+    private func parkReason(_ url: URL) -> String? {
+        (try? Data(contentsOf: Self.reasonFile(url))).map { String(decoding: $0, as: UTF8.self) }
+    }
+
+    private func removeParked(_ url: URL) {
+        try? FileManager.default.removeItem(at: url)
+        try? FileManager.default.removeItem(at: Self.reasonFile(url))
+    }
+
+    private static func reasonFile(_ url: URL) -> URL { url.appendingPathExtension("reason") }
+
+    /// How the reasons of ``incompatibility(_:in:)`` that name a type or field unknown here
+    /// begin: such a delta fits once this store knows them (a newer app version).
+    static let unknownPrefix = "unknown "
 
     /// Applies parked deltas whose schema is now known (in source and range order).
     /// - Returns: how many were applied.
@@ -569,7 +620,7 @@ public final class SyncEngine: Sendable {
                 case .parked:
                     blocked.insert(source)
                 case .applied, .duplicate:
-                    try FileManager.default.removeItem(at: file)
+                    removeParked(file)
                     applied += 1
                 }
             } catch let error as SyncError where error.code == .gap {

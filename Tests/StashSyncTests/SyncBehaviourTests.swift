@@ -1121,6 +1121,73 @@ import StashTestSupport
         #expect(try receiver.store.fetch(FetchDescriptor<MemoWithRequiredNote>()).isEmpty)
     }
 
+    /// A note optional at the source, set and then cleared there, arrives as an explicit nil
+    /// with a newer version: the check looked only for a missing field, so the nil replaced
+    /// the value here, where the note is required, and every fetch of the type failed. Without
+    /// a default here it is parked; with one, the record reads the default.
+    @Test(arguments: [false, true])
+    func aRequiredFieldClearedAtTheSourceDoesNotBreakReadsHere(withDefault: Bool) throws {
+        let dir = TemporaryDirectory()
+        let source = try Device.open(dir.sub("source"), family: family, types: [MemoWithOptionalNote.self])
+        let receiver = try Device.open(dir.sub("receiver"), family: family,
+                                       types: [withDefault ? MemoWithRequiredNoteAndDefault.self : MemoWithRequiredNote.self])
+        var memo = MemoWithOptionalNote(note: "x")
+        try source.store.insert(memo)
+        try source.sync(with: receiver)
+        memo.note = nil
+        try source.store.update(memo)
+        let report = try source.sync(with: receiver)
+        if withDefault {
+            #expect(try receiver.store.fetch(FetchDescriptor<MemoWithRequiredNoteAndDefault>()) == [MemoWithRequiredNoteAndDefault(id: memo.id, note: "none")])
+        } else {
+            #expect(try receiver.store.fetch(FetchDescriptor<MemoWithRequiredNote>()) == [MemoWithRequiredNote(id: memo.id, note: "x")])
+            #expect(receiver.engine.parkedDeltas().count == 1, "\(report)")
+        }
+        #expect(try receiver.store.verify().isClean)
+    }
+
+    /// A store that migrated a field's kind parks a delta of a peer still on the old app (its
+    /// values in the old kind: it will never fit). Once the peer migrates too, its new deltas
+    /// fit, but they waited behind the parked one for ever: nothing more arrived from it. A
+    /// delta that fits behind a parked head asks its source for a full snapshot, which goes
+    /// ahead and supersedes them.
+    @Test func aPeerThatMigratesAfterThisStoreIsHeardFromAgain() throws {
+        let dir = TemporaryDirectory()
+        let migration = Migration(version: 1, type: "Gadget") { record in
+            if case .int(let size)? = record.fields["size"] { record.fields["size"] = .string("size \(size)") }
+        }
+        func open(_ name: String, migrated: Bool) throws -> Device {
+            var options = StoreOptions()
+            options.durability = .none
+            if migrated { options.migrations = [migration] }
+            let store = try Store.open(at: dir.sub(name), types: [migrated ? GadgetSizeAsText.self : Gadget.self], options: options)
+            return Device(path: dir.sub(name), store: store,
+                          engine: try SyncEngine(store: store, configuration: SyncConfiguration(family: family)))
+        }
+        var gadget = Gadget(name: "lamp", size: 3)
+        do {
+            let r = try open("r", migrated: false), s = try open("s", migrated: false)
+            try s.store.insert(gadget)
+            try s.sync(with: r)
+        }
+        let r = try open("r", migrated: true)
+        do {
+            let s = try open("s", migrated: false)
+            gadget.name = "desk lamp"
+            try s.store.update(gadget)
+            try s.sync(with: r)
+            #expect(r.engine.parkedDeltas().count == 1)
+        }
+        let s = try open("s", migrated: true)
+        try s.store.update(GadgetSizeAsText(id: gadget.id, name: "reading lamp", size: "size 3"))
+        for _ in 0..<2 { try s.sync(with: r) }
+        #expect(try r.store.get(GadgetSizeAsText.self, id: gadget.id)?.name == "reading lamp")
+        #expect(r.engine.parkedDeltas().isEmpty)
+        try s.store.update(GadgetSizeAsText(id: gadget.id, name: "floor lamp", size: "size 4"))
+        try s.sync(with: r)
+        #expect(try r.store.get(GadgetSizeAsText.self, id: gadget.id) == GadgetSizeAsText(id: gadget.id, name: "floor lamp", size: "size 4"))
+    }
+
     /// A copy that keeps its file's identity (a rolled-back file-system snapshot, a cloned
     /// volume) is not found at open; the relay shows it: it holds history of the store's site
     /// past what the store has. The send is refused and the store takes a new site at its next
@@ -1423,6 +1490,29 @@ private struct MemoWithRequiredNote: Record, Equatable {
     static let recordType = "Memo"
     var id = RecordID()
     var note: String
+}
+
+/// The memo in an app version where the note is required, with a default.
+private struct MemoWithRequiredNoteAndDefault: Record, Equatable {
+    static let recordType = "Memo"
+    static let fieldDefaults: [String: FieldValue] = ["note": .string("none")]
+    var id = RecordID()
+    var note: String
+}
+
+/// A gadget whose size is a number, and (after a migration) a text.
+private struct Gadget: Record, Equatable {
+    static let recordType = "Gadget"
+    var id = RecordID()
+    var name: String
+    var size: Int
+}
+
+private struct GadgetSizeAsText: Record, Equatable {
+    static let recordType = "Gadget"
+    var id = RecordID()
+    var name: String
+    var size: String
 }
 
 /// `Note` as an earlier app version declared it, without `pinned` and `tag`.
