@@ -690,7 +690,7 @@ public final class SyncEngine: Sendable {
             var blocked = Set<RecordID>()
             // Acknowledged once the store has flushed what they cover (below).
             var consumed: [(IncomingDelta, ApplyOutcome)] = []
-            for incoming in try transport.incoming(for: self) where !blocked.contains(incoming.source) {
+            for (incoming, members) in Self.joiningRuns(try transport.incoming(for: self), join: joined) where !blocked.contains(incoming.source) {
                 let outcome: ApplyOutcome
                 do {
                     outcome = try apply(incoming.data, name: incoming.name)
@@ -722,7 +722,7 @@ public final class SyncEngine: Sendable {
                     report.parked.append("\(incoming.name) (\(reason))")
                     blocked.insert(incoming.source)
                 }
-                consumed.append((incoming, outcome))
+                for member in members { consumed.append((member, outcome)) }
             }
             // A store that may lose its last commits in a power cut (`.relaxed`, `.none`) makes
             // them durable before acknowledging them: an acknowledged delta is never offered
@@ -731,6 +731,56 @@ public final class SyncEngine: Sendable {
             for (incoming, outcome) in consumed { try incoming.consumed(outcome) }
             return report
         }
+    }
+
+    /// The deltas of a fetch in order, each run of consecutive deltas of one source joined
+    /// into one (with the deltas it stands for, to acknowledge), where `join` can.
+    static func joiningRuns(_ incoming: [IncomingDelta], join: ([IncomingDelta]) -> IncomingDelta?) -> [(IncomingDelta, [IncomingDelta])] {
+        var result: [(IncomingDelta, [IncomingDelta])] = []
+        var start = 0
+        while start < incoming.count {
+            var end = start + 1
+            while end < incoming.count && incoming[end].source == incoming[start].source { end += 1 }
+            let run = Array(incoming[start..<end])
+            if run.count > 1, let one = join(run) { result.append((one, run)) } else { result += run.map { ($0, [$0]) } }
+            start = end
+        }
+        return result
+    }
+
+    /// Consecutive deltas of one source (relay files fetched together) as one: each record's
+    /// states joined, so that they apply in one transaction and unique-index clashes are
+    /// settled on the source's latest states, as a direct sync of the same history is.
+    /// Applied one by one, a clash the source had resolved since (by changing the value)
+    /// deleted a record for good. Nil when they cannot be joined (a file that does not
+    /// decode, a gap between their ranges, another schema or counter list, a full snapshot
+    /// after the first): they then apply one by one.
+    func joined(_ run: [IncomingDelta]) -> IncomingDelta? {
+        var deltas: [Delta] = []
+        for item in run {
+            guard let delta = try? Delta(decoding: item.data, key: key, name: item.name) else { return nil }
+            deltas.append(delta)
+        }
+        guard var joined = deltas.first, let last = deltas.last else { return nil }
+        for (earlier, later) in zip(deltas, deltas.dropFirst()) {
+            guard !later.isFullSnapshot, later.from == earlier.to &+ 1, later.recipient == joined.recipient, later.family == joined.family,
+                  later.schemaFingerprint == joined.schemaFingerprint, later.counterFields == joined.counterFields else { return nil }
+        }
+        var states: [RecordKey: RecordState] = [:]
+        var order: [RecordKey] = []
+        for entry in deltas.lazy.flatMap(\.entries) {
+            let key = RecordKey(type: entry.type, id: entry.id)
+            if let earlier = states[key] {
+                states[key] = earlier.merged(with: entry, counters: joined.counterFields?[entry.type] ?? [])
+            } else {
+                states[key] = entry
+                order.append(key)
+            }
+        }
+        joined.to = last.to
+        joined.created = last.created
+        joined.entries = order.map { states[$0]! }
+        return IncomingDelta(name: "\(run[0].name) to \(last.to)", source: joined.source, data: joined.encoded(key: key)) { _ in }
     }
 
     /// Sends, then fetches.

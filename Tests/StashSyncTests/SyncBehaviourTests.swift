@@ -582,6 +582,35 @@ import StashTestSupport
         #expect(try FileManager.default.contentsOfDirectory(atPath: folder.path).filter { $0.hasSuffix(".delta") }.isEmpty)
     }
 
+    /// A unique value taken on two devices and given up by one before the other fetched:
+    /// the relay held that device's history as two files, applied one by one, so the clash of
+    /// the first was settled (the larger id's record deleted, for good) although the second
+    /// had resolved it. A direct sync of the same history deletes nothing; now the relay's
+    /// files of one source are joined and applied together.
+    @Test func aClashResolvedBeforeTheRelayFilesArriveDeletesNothing() throws {
+        let dir = TemporaryDirectory()
+        let (_, relay) = try makeRelay(dir)
+        let a = try Device.open(dir.sub("a"), family: family)
+        let b = try Device.open(dir.sub("b"), family: family)
+        let first = UserProfile(kind: "home", displayName: "on b")
+        try b.store.insert(first)
+        var second = UserProfile(kind: "home", displayName: "on a")
+        try a.store.insert(second)
+        try a.engine.sync(via: relay)
+        second.kind = "work"
+        try a.store.update(second)
+        try a.engine.sync(via: relay)
+        let report = try b.engine.sync(via: relay)
+        #expect(report.uniqueClashes.isEmpty, "\(report)")
+        #expect(try b.store.get(UserProfile.self, id: second.id) == second)
+        try a.engine.sync(via: relay)
+        for device in [a, b] {
+            #expect(try device.store.count(UserProfile.self) == 2, "store \(device.path)")
+            #expect(try device.store.verify().isClean)
+        }
+        #expect(try canonicalDump(a.store) == canonicalDump(b.store))
+    }
+
     /// A relay in a fresh temporary directory.
     private func makeRelay(_ dir: TemporaryDirectory, quotaBytes: Int? = nil) throws -> (url: URL, relay: RelayTransport) {
         let url = dir.url.appendingPathComponent("relay")
