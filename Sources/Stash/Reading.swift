@@ -347,7 +347,7 @@ public struct StoreSnapshot: StoreReading {
     }
 }
 
-/// The write transaction of ``Store/write(author:_:)``: reads see this transaction's own
+/// The write transaction of ``Store/write(author:isolation:_:)``: reads see this transaction's own
 /// writes; every write updates record, indexes, counts and history together.
 public struct StoreTransaction: StoreReading {
     let context: WriteContext

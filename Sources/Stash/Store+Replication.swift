@@ -182,7 +182,7 @@ extension StoreTransaction {
     }
 
     /// Runs `action` once this transaction has committed, on the thread that called
-    /// ``Store/write(author:_:)``, before that call returns; never when the transaction rolls
+    /// ``Store/write(author:isolation:_:)``, before that call returns; never when the transaction rolls
     /// back (a throw, here or in a later part of the closure). For memory that must follow
     /// what is stored, such as a "saved up to" mark. Actions registered by an attempt that
     /// ran again (the map grew) are dropped with that attempt.

@@ -84,7 +84,7 @@ public struct StoreProgress: Sendable, CustomStringConvertible {
 /// directory twice in a process shares one LMDB environment.
 ///
 /// ## Topics
-/// - Writing: ``write(author:_:)``, ``insert(_:)``, ``upsert(_:)``, ``update(_:)``, ``delete(_:id:)``
+/// - Writing: ``write(author:isolation:_:)``, ``insert(_:)``, ``upsert(_:)``, ``update(_:)``, ``delete(_:id:)``
 /// - Reading: ``read(_:)``, ``get(_:id:)``, ``fetch(_:)``, ``count(_:)``, ``count(_:where:equals:)``
 /// - Queries: ``FetchDescriptor``, ``explain(_:)``
 /// - Maintenance: ``verify()``, ``statistics()``, ``history(after:types:limit:)``
@@ -285,7 +285,7 @@ public final class Store: Sendable {
     /// Only what a read snapshot sees is published to the whole process: a write transaction
     /// may see a schema that is not committed (saved by an earlier writer of its group
     /// commit), and that schema must not outlive a group that fails. A write publishes its own
-    /// schema after its commit (see ``write(author:_:)``).
+    /// schema after its commit (see ``write(author:isolation:_:)``).
     func reloadCatalog<T: TransactionReading>(_ txn: T) throws -> Catalog {
         if let read = txn as? ReadTransaction { return try catalog(for: read) }
         let generation = try txn.uint64(dbs.meta, key: MetaKey.schemaGeneration) ?? 0

@@ -83,7 +83,7 @@ public struct EnvironmentConfiguration: Sendable {
     /// that a writable open in this process shares the environment (write through it only if
     /// you mean to: the store layer refuses writes of its read-only opens). Where they cannot
     /// (a read-only file system, files this user cannot write), it opens them `MDB_RDONLY`:
-    /// ``Environment/isReadOnly`` is true, ``Environment/write(_:)`` throws
+    /// ``Environment/isReadOnly`` is true, ``Environment/write(isolation:_:)`` throws
     /// ``LMDBError/Code/readOnly``, and a writable open in this process is refused while it
     /// lives. Default false.
     public var readOnly = false

@@ -35,7 +35,7 @@ import Synchronization
 ///   not wait for writes inside a read.
 ///
 /// ## Topics
-/// - ``read(_:)``, ``write(_:)``, ``database(_:)``, ``info()``, ``checkReaders()``
+/// - ``read(_:)``, ``write(isolation:_:)``, ``database(_:)``, ``info()``, ``checkReaders()``
 public final class Environment: @unchecked Sendable {
     /// The canonical directory path.
     public let path: String

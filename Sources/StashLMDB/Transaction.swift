@@ -75,7 +75,7 @@ public struct ReadTransaction: TransactionReading {
     public var snapshotID: UInt64 { UInt64(mdb_txn_id(handle.txn)) }
 }
 
-/// The write transaction, valid only inside the ``Environment/write(_:)`` closure.
+/// The write transaction, valid only inside the ``Environment/write(isolation:_:)`` closure.
 public struct WriteTransaction: TransactionReading {
     public let handle: TransactionHandle
     public let path: String

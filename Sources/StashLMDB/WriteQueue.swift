@@ -1,6 +1,6 @@
 import Foundation
 
-/// One caller's write, waiting to be committed (see ``Environment/write(_:)``).
+/// One caller's write, waiting to be committed (see ``Environment/write(isolation:_:)``).
 final class PendingWrite: @unchecked Sendable {
     /// Where the write stands. Changed under the queue's lock only.
     enum State {
