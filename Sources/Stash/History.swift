@@ -258,38 +258,62 @@ extension Store {
         return result
     }
 
-    /// Removes every history entry that `token` covers (sequence ≤ `token.sequence`), in one
-    /// write transaction. Sequence numbers are never reused afterwards.
+    /// Removes every history entry that `token` covers (sequence ≤ `token.sequence`), in write
+    /// transactions of at most ``maximumPurgedPerTransaction`` entries each, oldest first:
+    /// other writers go on between them, and memory stays bounded however long the history.
+    /// A purge cut short (a crash, an error) has removed a prefix and moved the purge point
+    /// past it. Sequence numbers are never reused afterwards.
     /// - Parameter force: purge even entries a registered consumer has not read; the report
     ///   names those consumers (they will get `.historyPurged` and must resynchronize; their
     ///   registrations stay, and hold back no later purge).
-    /// - Throws: `.historyNeeded` naming the consumer when it still needs the entries.
+    /// - Throws: `.historyNeeded` naming the consumer when it still needs the entries (checked
+    ///   in every transaction: nothing it needs is removed).
     @discardableResult
     public func purgeHistory(before token: HistoryToken, force: Bool = false) throws -> HistoryPurgeReport {
-        try write { tx in
-            let txn = tx.context.txn
-            let bounds = try historyBounds(txn)
-            let target = min(token, bounds.current)
-            // Consumers before the purge point lost entries already: they protect nothing more
-            // (counted, each held back every later purge for good).
-            let behind = try consumers(txn).filter { $0.value < target && $0.value >= bounds.purgedThrough }.sorted { $0.key < $1.key }
-            if !force, let (name, consumer) = behind.first {
-                throw StoreError(.historyNeeded, "store \(path): consumer '\(name)' has read history only up to \(consumer); purging up to \(target) would lose entries it needs. Purge up to \(consumer) at most, move the consumer, or force")
+        var removed = 0
+        var overridden: [String] = []
+        while true {
+            let step = try write { tx in try purgeStep(tx.context.txn, before: token, force: force, removedSoFar: removed) }
+            removed += step.removed
+            for name in step.overridden where !overridden.contains(name) { overridden.append(name) }
+            if step.reachedTarget {
+                return HistoryPurgeReport(removedEntries: removed, purgedThrough: step.purgedThrough, overriddenConsumers: overridden)
             }
-            var keys: [[UInt8]] = []
-            var end = KeyBytes()
-            end.appendBigEndian(target.sequence)
-            let last = end.bytes
-            try txn.scan(dbs.history, from: ScanStart<[UInt8]>.first) { key, _ in
-                guard !last.lexicographicallyPrecedes(key) else { return false }
-                keys.append(key)
-                return true
-            }
-            for key in keys { try txn.delete(dbs.history, key: key) }
-            let purged = max(bounds.purgedThrough, target)
-            try txn.put(dbs.meta, key: MetaKey.purgedThrough, uint64: purged.sequence)
-            return HistoryPurgeReport(removedEntries: keys.count, purgedThrough: purged, overriddenConsumers: behind.map(\.key))
         }
+    }
+
+    /// History entries one transaction of ``purgeHistory(before:force:)`` removes, at most.
+    public static let maximumPurgedPerTransaction = 4096
+
+    /// One transaction of ``purgeHistory(before:force:)``: the oldest entries up to `token`,
+    /// at most ``maximumPurgedPerTransaction`` of them.
+    private func purgeStep(_ txn: WriteTransaction, before token: HistoryToken, force: Bool, removedSoFar: Int) throws
+        -> (removed: Int, purgedThrough: HistoryToken, overridden: [String], reachedTarget: Bool) {
+        let bounds = try historyBounds(txn)
+        let target = min(token, bounds.current)
+        // Consumers before the purge point lost entries already: they protect nothing more
+        // (counted, each held back every later purge for good).
+        let behind = try consumers(txn).filter { $0.value < target && $0.value >= bounds.purgedThrough }.sorted { $0.key < $1.key }
+        if !force, let (name, consumer) = behind.first {
+            let done = removedSoFar == 0 ? "" : " (\(removedSoFar) entries up to \(bounds.purgedThrough) were purged before it registered)"
+            throw StoreError(.historyNeeded, "store \(path): consumer '\(name)' has read history only up to \(consumer); purging up to \(target) would lose entries it needs\(done). Purge up to \(consumer) at most, move the consumer, or force")
+        }
+        var keys: [[UInt8]] = []
+        var end = KeyBytes()
+        end.appendBigEndian(target.sequence)
+        let last = end.bytes
+        try txn.scan(dbs.history, from: ScanStart<[UInt8]>.first) { key, _ in
+            guard !last.lexicographicallyPrecedes(key), keys.count < Self.maximumPurgedPerTransaction else { return false }
+            keys.append(key)
+            return true
+        }
+        for key in keys { try txn.delete(dbs.history, key: key) }
+        let reachedTarget = keys.count < Self.maximumPurgedPerTransaction
+        // Cut short: everything up to the last entry removed is gone.
+        let reached = reachedTarget ? target : HistoryToken(sequence: keys.last.map { $0.reduce(UInt64(0)) { $0 << 8 | UInt64($1) } } ?? target.sequence)
+        let purged = max(bounds.purgedThrough, reached)
+        try txn.put(dbs.meta, key: MetaKey.purgedThrough, uint64: purged.sequence)
+        return (keys.count, purged, behind.map(\.key), reachedTarget)
     }
 }
 

@@ -173,6 +173,28 @@ private struct Abort: Error {}
         #expect(report.problems.contains { $0.contains("history entries 4...4 are missing") }, "\(report)")
     }
 
+    /// A purge of a long history runs in transactions of a bounded number of entries (other
+    /// writers go on between them, and the keys are not all held at once); the result is the
+    /// one purge it always was, and a consumer still holds back what it needs.
+    @Test func aLongPurgeRunsInBoundedTransactions() throws {
+        let dir = TemporaryDirectory()
+        var options = StoreOptions()
+        options.durability = .none
+        let store = try Store.open(at: dir.path, types: [Home.self], options: options)
+        let entries = 2 * Store.maximumPurgedPerTransaction + 100
+        for n in 0..<entries { try store.insert(Home(name: "\(n)")) }
+        let current = try store.currentToken()
+        let needed = HistoryToken(sequence: current.sequence - 50)
+        try store.registerHistoryConsumer("reader", at: needed)
+        #expect(throws: StoreError.self) { try store.purgeHistory(before: current) }
+        #expect(try store.oldestAvailableToken() == .beginning, "a refused purge removes nothing")
+        let report = try store.purgeHistory(before: needed)
+        #expect(report.removedEntries == Int(needed.sequence) && report.purgedThrough == needed, "\(report)")
+        #expect(try store.oldestAvailableToken() == needed)
+        #expect(try store.history(after: needed).count == 50)
+        #expect(try store.verify().isClean)
+    }
+
     @Test func purgeNeverRemovesWhatAConsumerNeedsUnlessForced() throws {
         let dir = TemporaryDirectory()
         let store = try Store.open(at: dir.path, types: [Home.self])
