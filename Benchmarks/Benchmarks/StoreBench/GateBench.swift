@@ -103,7 +103,8 @@ final class MoveState {
 /// `gate` and `gateallocs` for Stash's "check after a move": iteration 2k moves a random
 /// item from its home (full) to a spare home (commit, durability `.none`, not timed),
 /// iteration 2k + 1 moves it back; then one check is timed. The homes' counts change at every
-/// commit, and no home goes over its limit, so the decisions stay those of `gate`.
+/// commit and no home goes over its limit; the decisions are nearly those of `gate` (a full
+/// home the item left reads 99 items and allows, and the spare home is also a target).
 func registerGateAfterMove(n: Int) {
     for (group, configuration) in [("gate", Budget.micro), ("gateallocs", Budget.allocs)] {
         let s = GateState<StashGateEngine>(), m = MoveState()

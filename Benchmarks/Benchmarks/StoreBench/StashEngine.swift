@@ -62,8 +62,11 @@ final class StashEngine: Engine {
 /// The gate check through StashGate's public API: a `FeatureGate` with free-tier limits on
 /// homes and on items per home (through the homeID index), the signed snapshot of
 /// ``BenchEntitlement`` applied once and read back (verified) at every open, and
-/// `check(.create(Item.self, in: home))`: the entitlement, `count(Home)`, the item total
-/// (downgrade-safe rule) and the home's items, in one recycled read transaction.
+/// `check(.create(Item.self, in: home))`: the entitlement evaluated from the verified
+/// snapshot the gate holds in memory (no store read, where the peers read theirs from
+/// storage at every check), then `count(Home)` and the item total (downgrade-safe rule),
+/// from the gate's per-history-sequence cache while nothing is written, and the home's items,
+/// in one recycled read transaction.
 final class StashGateEngine: GateEngine {
     static let name = StashEngine.name
     static let userID = "bench-user"

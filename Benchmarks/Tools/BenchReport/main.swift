@@ -242,7 +242,7 @@ if let infoFile, let info = try? String(contentsOfFile: infoFile, encoding: .utf
 line()
 
 if let overhead = find("overhead", "harness", "empty", "0") {
-    line("Harness floor (an empty benchmark body): p50 \(us(overhead.p50)), p99 \(us(overhead.p99)) — included in every per-operation time below.")
+    line("Harness floor (an empty benchmark body): p50 \(us(overhead.p50)), p99 \(us(overhead.p99)) — included in every isolated per-operation time below (not in the interleaved write rows or the paired rows, which time the operation alone). A constant on both sides pulls a ratio toward 1×: the count goals are judged on the ratio with the floor taken off both sides as well (the detail shows it).")
     line()
 }
 
@@ -353,9 +353,15 @@ for size in sizes {
             let p99 = find("count", "Stash", variant, size)?.p99
             let vsLMDB = p99.flatMap { p in lmdb.map { p / $0 } }
             let vsGRDB = p99.flatMap { p in grdb.map { $0 / p } }
-            // Judged on the isolated rows; the fast path's paired ratio is shown beside.
-            let detail = variant == "fast path" ? withPaired(ratio(vsLMDB, threshold: 2), pairedCount, threshold: 2) : ratio(vsLMDB, threshold: 2)
-            goals[size, default: []].append(Goal(text: "indexed count p99 ≤ 2× raw LMDB (\(label))", met: vsLMDB.map { $0 <= 2 }, detail: detail))
+            // The harness floor taken off both sides (a p99 less a p99: approximate).
+            let floor = find("overhead", "harness", "empty", "0")?.p99 ?? 0
+            let withoutFloor = p99.flatMap { p in lmdb.flatMap { l in l > floor ? (p - floor) / (l - floor) : nil } }
+            // Judged on the isolated rows, with and without the floor; the fast path's paired ratio is shown beside.
+            var detail = ratio(vsLMDB, threshold: 2)
+            if floor > 0 { detail += " (floor off: \(ratio(withoutFloor, threshold: 2)))" }
+            if variant == "fast path" { detail = withPaired(detail, pairedCount, threshold: 2) }
+            let met = vsLMDB.map { $0 <= 2 && (withoutFloor ?? $0) <= 2 }
+            goals[size, default: []].append(Goal(text: "indexed count p99 ≤ 2× raw LMDB (\(label))", met: met, detail: detail))
             goals[size, default: []].append(Goal(text: "indexed count ≥ 10× faster than GRDB at p99 (\(label))", met: vsGRDB.map { $0 >= 10 }, detail: ratio(vsGRDB, threshold: 10)))
             if let m = find("allocs", "Stash", variant, size)?.mallocs {
                 goals[size, default: []].append(Goal(text: "0 allocations per indexed count (\(label))", met: m == 0, detail: String(format: "%.0f", m)))
