@@ -239,7 +239,16 @@ final class WriteContext: FieldTagResolver {
         } catch let error as EncodingError {
             throw StoreError(.invalidValue, "store \(path): \(record.type) \(record.id) cannot be stored: \(describe(error))")
         }
-        return (try currentEncodingLayout(), encoded)
+        let layout = try currentEncodingLayout()
+        // A counter's value is a `Counter`'s state: any other map was stored, and every typed
+        // read of the record, and every merge of the field, failed on it.
+        for field in layout.schema.fields where field.counter == true {
+            guard let value = record.fields[field.name], value != .null else { continue }
+            if (try? TreeDecoder.decode(Counter.self, from: value)) == nil {
+                throw StoreError(.invalidValue, "store \(path): \(record.type).\(field.name) of \(record.id) is a counter; its value must be a Counter's state, {\"sites\": {\"<site id>\": {\"increments\": n, \"decrements\": m}}} (as `stash get` prints it), not \(value)")
+            }
+        }
+        return (layout, encoded)
     }
 
     // MARK: Record writes

@@ -611,6 +611,25 @@ import StashTestSupport
         #expect(try canonicalDump(a.store) == canonicalDump(b.store))
     }
 
+    /// A counter field written through the generic path (the CLI's `put` and `load`) took any
+    /// map: every typed read of the record, and every merge of the field, then failed.
+    @Test func aCounterFieldTakesOnlyACountersState() throws {
+        let dir = TemporaryDirectory()
+        let a = try Device.open(dir.sub("a"), family: family)
+        var wallet = Wallet()
+        wallet.credits.add(3, site: a.store.siteID)
+        try a.store.insert(wallet)
+        let stored = try a.store.read { try $0.get(typeNamed: "Wallet", id: wallet.id) }
+        var broken = try #require(stored)
+        broken.fields["credits"] = .map(["anything": .int(5)])
+        let error = thrownError { try a.store.write { try $0.put(broken) } } as? StoreError
+        #expect(error?.code == .invalidValue && error?.message.contains("Wallet.credits") == true, "\(String(describing: error))")
+        #expect(try a.store.get(Wallet.self, id: wallet.id) == wallet)
+        // Its own state, as read, is taken.
+        try a.store.write { try $0.put(try #require(stored)) }
+        #expect(try a.store.get(Wallet.self, id: wallet.id) == wallet)
+    }
+
     /// A relay in a fresh temporary directory.
     private func makeRelay(_ dir: TemporaryDirectory, quotaBytes: Int? = nil) throws -> (url: URL, relay: RelayTransport) {
         let url = dir.url.appendingPathComponent("relay")
