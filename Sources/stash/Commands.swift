@@ -281,7 +281,7 @@ struct Delete: ParsableCommand {
 struct Count: ParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Count records of a type, optionally where fields match.",
-        discussion: "Conditions: field=value, field<value, field<=value, field>value, field>=value (all must hold).")
+        discussion: "Conditions: field=value, field<value, field<=value, field>value, field>=value (all must hold). Values are trimmed; null is no value; a value in double quotes is that JSON string exactly: name=\" padded \" or name=\"null\".")
     @Argument(help: "The store directory.") var directory: String
     @Argument(help: "The record type.") var type: String
     @Option(name: .customLong("where"), help: "A condition such as homeID=… or wearCount>=3 (repeatable).") var conditions: [String] = []

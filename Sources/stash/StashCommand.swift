@@ -129,9 +129,14 @@ func parseID(_ text: String) throws -> RecordID {
     return id
 }
 
-/// Parses a command-line scalar for a field of `kind`: strings as given, others as JSON.
+/// Parses a command-line scalar for a field of `kind`: strings as given, others as JSON;
+/// `null` is no value. A value in JSON double quotes is that string exactly, so that a string
+/// with spaces at its ends, or the string "null", can be asked for: `name=" padded "`.
 func parseScalar(_ text: String, kind: FieldKind?, field: String) throws -> FieldValue {
     if text == "null" { return .null }
+    if text.count >= 2, text.hasPrefix("\""), text.hasSuffix("\""), case .string(let quoted)? = try? JSONValue.parse(text) {
+        return kind == .string || kind == nil ? .string(quoted) : try FieldValue.fromJSON(.string(quoted), kind: kind, field: field)
+    }
     switch kind {
     case .string:
         return .string(text)

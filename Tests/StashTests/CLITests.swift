@@ -127,6 +127,22 @@ import StashTestSupport
         #expect(try StashCLI.run("history", store, "--type", "Home").stdout.split(separator: "\n").count == 1)
     }
 
+    /// `--where` values are trimmed and `null` is no value, so a name with spaces at its ends,
+    /// or the name "null", could not be asked for: a value in double quotes is that string.
+    @Test func aQuotedWhereValueIsThatStringExactly() throws {
+        let dir = TemporaryDirectory()
+        let store = try StashCLI.makeStore(in: dir)
+        let home = try StashCLI.run("put", store, "Home", #"{"name": "Flat"}"#).stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+        for name in [" padded ", "null", "Lamp"] {
+            let put = try StashCLI.run("put", store, "Item", #"{"homeID": "\#(home)", "name": "\#(name)", "wearCount": 1}"#)
+            #expect(put.status == 0, "\(put.stderr)")
+        }
+        #expect(try StashCLI.run("count", store, "Item", "--where", #"name=" padded ""#).stdout == "1\n")
+        #expect(try StashCLI.run("count", store, "Item", "--where", #"name="null""#).stdout == "1\n")
+        #expect(try StashCLI.run("count", store, "Item", "--where", "name=Lamp").stdout == "1\n")
+        #expect(try StashCLI.run("count", store, "Item", "--where", #"homeID="\#(home)""#).stdout == "3\n")
+    }
+
     @Test func roundTripThroughTheCommandLine() throws {
         let dir = TemporaryDirectory()
         let store = try StashCLI.makeStore(in: dir)
