@@ -310,7 +310,7 @@ extension Store {
         for key in keys { try txn.delete(dbs.history, key: key) }
         let reachedTarget = keys.count < Self.maximumPurgedPerTransaction
         // Cut short: everything up to the last entry removed is gone.
-        let reached = reachedTarget ? target : HistoryToken(sequence: keys.last.map { $0.reduce(UInt64(0)) { $0 << 8 | UInt64($1) } } ?? target.sequence)
+        let reached = reachedTarget ? target : HistoryToken(sequence: keys.last.flatMap(StoreKeys.sequence(fromHistoryKey:)) ?? target.sequence)
         let purged = max(bounds.purgedThrough, reached)
         try txn.put(dbs.meta, key: MetaKey.purgedThrough, uint64: purged.sequence)
         return (keys.count, purged, behind.map(\.key), reachedTarget)

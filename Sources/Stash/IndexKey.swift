@@ -209,6 +209,11 @@ extension FieldValue: IndexableValue {
 
 /// Key layouts of the `records`, `index` and `counts` databases.
 enum StoreKeys {
+    /// The sequence number of a `history` key (8 bytes, big-endian), or nil for another key.
+    static func sequence(fromHistoryKey key: [UInt8]) -> UInt64? {
+        key.count == 8 ? key.reduce(UInt64(0)) { $0 << 8 | UInt64($1) } : nil
+    }
+
     /// `records`: type tag (2, BE) + record id (16).
     static func record(_ type: UInt16, _ id: RecordID) -> KeyBytes {
         var key = KeyBytes()

@@ -122,8 +122,7 @@ extension StoreReading {
         var start = KeyBytes()
         start.appendBigEndian(token.sequence &+ 1)
         try reader.txn.scan(reader.dbs.history, from: .atOrAfter(start)) { key, value in
-            guard key.count == 8 else { return true }
-            let sequence = key.reduce(UInt64(0)) { $0 << 8 | UInt64($1) }
+            guard let sequence = StoreKeys.sequence(fromHistoryKey: key) else { return true }
             scanned = HistoryToken(sequence: sequence)
             looked += 1
             var entry: HistoryEntry

@@ -207,7 +207,7 @@ extension Store {
             try txn.scan(dbs.history, from: ScanStart<[UInt8]>.first) { key, value in
                 report.historyEntriesChecked += 1
                 counter.count(.history)
-                let sequence = key.count == 8 ? key.reduce(UInt64(0)) { $0 << 8 | UInt64($1) } : 0
+                let sequence = StoreKeys.sequence(fromHistoryKey: key) ?? 0
                 guard key.count == 8, sequence > purgedThrough.sequence, sequence <= current.sequence else {
                     report.problems.append("history entry with key \(key) outside \(purgedThrough.sequence &+ 1)...\(current.sequence)")
                     return true
