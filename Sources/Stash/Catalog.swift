@@ -42,6 +42,10 @@ final class Catalog: Sendable {
         let indexTag: UInt16
         /// The stored kind of the field (nil: not known yet).
         let kind: FieldKind?
+        /// Whether a key built from the key path's value type is what the index holds (see
+        /// ``indexKeyMatchesStoredKind(_:_:)``): false for a property the record stores in
+        /// another form, which the O(1) counts then leave to a count that reads the records.
+        let keyMatchesStoredKind: Bool
         /// Kept so the key path's identity stays unique while it is a key here.
         let keyPath: AnyKeyPath
     }
@@ -57,8 +61,10 @@ final class Catalog: Sendable {
         guard let layout = layoutsByName[type()] else { return nil }
         let name = fieldName(of: keyPath)
         guard let index = layout.schema.indexes.first(where: { $0.fields.count == 1 && $0.fields[0] == name }) else { return nil }
-        let resolved = ResolvedIndex(typeTag: layout.schema.tag, indexTag: index.tag,
-                                     kind: layout.schema.field(named: name)?.kind, keyPath: keyPath)
+        let kind = layout.schema.field(named: name)?.kind
+        let resolved = ResolvedIndex(typeTag: layout.schema.tag, indexTag: index.tag, kind: kind,
+                                     keyMatchesStoredKind: indexKeyMatchesStoredKind(Swift.type(of: keyPath).valueType, kind),
+                                     keyPath: keyPath)
         resolvedIndexes.withLock { $0[key] = resolved }
         return resolved
     }
@@ -66,11 +72,13 @@ final class Catalog: Sendable {
     /// `count(key)` of the index key whose duplicate count is the number of `R` records
     /// whose field at `keyPath` equals `value`, or nil when no single-field index answers it
     /// exactly (none on that field, or a string longer than the indexed prefix); 0 for NaN,
-    /// which equals nothing. O(1), no allocation; the key (511 bytes of storage) is lent to
-    /// `count`, never copied.
+    /// which equals nothing; nil too when the record stores the property in another form
+    /// than its type's (its index holds keys of another kind). O(1), no allocation; the key
+    /// (511 bytes of storage) is lent to `count`, never copied.
     func exactIndexCount<R: Record, V: IndexableValue>(_ keyPath: AnyKeyPath, _ type: R.Type, equals value: V,
                                                       _ count: (KeyBytes) throws -> Int?) rethrows -> Int? {
-        guard V.indexComponentMatchesStoredForm, let index = singleFieldIndex(keyPath, type: { R.recordType }) else { return nil }
+        guard V.indexComponentMatchesStoredForm, let index = singleFieldIndex(keyPath, type: { R.recordType }),
+              index.keyMatchesStoredKind else { return nil }
         if isNaNIndexValue(value) { return 0 }   // NaN equals nothing, not the stored NaNs
         var key = StoreKeys.indexPrefix(index.typeTag, index.indexTag)
         value.appendIndexComponent(to: &key)

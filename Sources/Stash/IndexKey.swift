@@ -6,6 +6,11 @@ import StashLMDB
 ///
 /// Every component starts with a presence byte (0 = nil, 1 = value), so optionals sort nil
 /// first and a composite key can hold optionals anywhere.
+///
+/// An index finds the records whose stored form equals the one looked for. For a conformance
+/// of your own, two values must be `==` exactly when their encoded (stored) forms are equal:
+/// a looser `==` (case-insensitive text, say) makes `fetch`, `fetchCount` and the counts miss
+/// the records stored in another spelling. Normalize in `encode(to:)` instead.
 public protocol IndexableValue: Sendable, Encodable {
     /// Appends this value's key component. Allocation-free for every built-in conformance.
     func appendIndexComponent(to key: inout KeyBytes)
@@ -18,6 +23,23 @@ public protocol IndexableValue: Sendable, Encodable {
 
 extension IndexableValue {
     public static var indexComponentMatchesStoredForm: Bool { false }
+}
+
+/// The field kind a built-in ``IndexableValue`` stores as, through its own `Encodable` form.
+/// A record's `encode(to:)` may store a property otherwise (a UUID as text, a date as seconds
+/// since 1970): its index then holds keys of that kind, and a key built from the property's
+/// type would find none of them.
+protocol IndexComponentKind {
+    static var indexComponentKind: FieldKind { get }
+}
+
+/// Whether a key built from a value of `valueType` (with ``IndexableValue/appendIndexComponent(to:)``)
+/// is what the index of a field stored as `fieldKind` holds for that value: true when the
+/// kinds agree, when the field has no kind yet (no value stored), or when the value's kind is
+/// not known from its type (``FieldValue``, an app's own type, which the counts encode first).
+func indexKeyMatchesStoredKind(_ valueType: Any.Type, _ fieldKind: FieldKind?) -> Bool {
+    guard let fieldKind, let typed = valueType as? any IndexComponentKind.Type else { return true }
+    return typed.indexComponentKind == fieldKind
 }
 
 /// True when `value` is a NaN (of a `Double`, `Float`, a `Date` of NaN seconds, or an
@@ -113,69 +135,88 @@ enum IndexComponent {
     }
 }
 
-extension Bool: IndexableValue {
+extension Bool: IndexableValue, IndexComponentKind {
+    static var indexComponentKind: FieldKind { .bool }
     public static var indexComponentMatchesStoredForm: Bool { true }
     public func appendIndexComponent(to key: inout KeyBytes) { IndexComponent.bool(self, &key) }
 }
-extension Int: IndexableValue {
+extension Int: IndexableValue, IndexComponentKind {
+    static var indexComponentKind: FieldKind { .int }
     public static var indexComponentMatchesStoredForm: Bool { true }
     public func appendIndexComponent(to key: inout KeyBytes) { IndexComponent.int(Int64(self), &key) }
 }
-extension Int64: IndexableValue {
+extension Int64: IndexableValue, IndexComponentKind {
+    static var indexComponentKind: FieldKind { .int }
     public static var indexComponentMatchesStoredForm: Bool { true }
     public func appendIndexComponent(to key: inout KeyBytes) { IndexComponent.int(self, &key) }
 }
-extension Int32: IndexableValue {
+extension Int32: IndexableValue, IndexComponentKind {
+    static var indexComponentKind: FieldKind { .int }
     public static var indexComponentMatchesStoredForm: Bool { true }
     public func appendIndexComponent(to key: inout KeyBytes) { IndexComponent.int(Int64(self), &key) }
 }
-extension Int16: IndexableValue {
+extension Int16: IndexableValue, IndexComponentKind {
+    static var indexComponentKind: FieldKind { .int }
     public static var indexComponentMatchesStoredForm: Bool { true }
     public func appendIndexComponent(to key: inout KeyBytes) { IndexComponent.int(Int64(self), &key) }
 }
-extension Int8: IndexableValue {
+extension Int8: IndexableValue, IndexComponentKind {
+    static var indexComponentKind: FieldKind { .int }
     public static var indexComponentMatchesStoredForm: Bool { true }
     public func appendIndexComponent(to key: inout KeyBytes) { IndexComponent.int(Int64(self), &key) }
 }
-extension UInt32: IndexableValue {
+extension UInt32: IndexableValue, IndexComponentKind {
+    static var indexComponentKind: FieldKind { .int }
     public static var indexComponentMatchesStoredForm: Bool { true }
     public func appendIndexComponent(to key: inout KeyBytes) { IndexComponent.int(Int64(self), &key) }
 }
-extension UInt16: IndexableValue {
+extension UInt16: IndexableValue, IndexComponentKind {
+    static var indexComponentKind: FieldKind { .int }
     public static var indexComponentMatchesStoredForm: Bool { true }
     public func appendIndexComponent(to key: inout KeyBytes) { IndexComponent.int(Int64(self), &key) }
 }
-extension UInt8: IndexableValue {
+extension UInt8: IndexableValue, IndexComponentKind {
+    static var indexComponentKind: FieldKind { .int }
     public static var indexComponentMatchesStoredForm: Bool { true }
     public func appendIndexComponent(to key: inout KeyBytes) { IndexComponent.int(Int64(self), &key) }
 }
-extension Double: IndexableValue {
+extension Double: IndexableValue, IndexComponentKind {
+    static var indexComponentKind: FieldKind { .double }
     public static var indexComponentMatchesStoredForm: Bool { true }
     public func appendIndexComponent(to key: inout KeyBytes) { IndexComponent.double(self, &key) }
 }
-extension Float: IndexableValue {
+extension Float: IndexableValue, IndexComponentKind {
+    static var indexComponentKind: FieldKind { .double }
     public static var indexComponentMatchesStoredForm: Bool { true }
     public func appendIndexComponent(to key: inout KeyBytes) { IndexComponent.double(Double(self), &key) }
 }
-extension String: IndexableValue {
+extension String: IndexableValue, IndexComponentKind {
+    static var indexComponentKind: FieldKind { .string }
     public static var indexComponentMatchesStoredForm: Bool { true }
     public func appendIndexComponent(to key: inout KeyBytes) { IndexComponent.string(self, &key) }
 }
-extension UUID: IndexableValue {
+extension UUID: IndexableValue, IndexComponentKind {
+    static var indexComponentKind: FieldKind { .uuid }
     public static var indexComponentMatchesStoredForm: Bool { true }
     public func appendIndexComponent(to key: inout KeyBytes) { IndexComponent.uuid(self, &key) }
 }
-extension RecordID: IndexableValue {
+extension RecordID: IndexableValue, IndexComponentKind {
+    static var indexComponentKind: FieldKind { .uuid }
     public static var indexComponentMatchesStoredForm: Bool { true }
     public func appendIndexComponent(to key: inout KeyBytes) { IndexComponent.recordID(self, &key) }
 }
-extension Date: IndexableValue {
+extension Date: IndexableValue, IndexComponentKind {
+    static var indexComponentKind: FieldKind { .date }
     public static var indexComponentMatchesStoredForm: Bool { true }
     public func appendIndexComponent(to key: inout KeyBytes) { IndexComponent.double(timeIntervalSinceReferenceDate, &key) }
 }
-extension Data: IndexableValue {
+extension Data: IndexableValue, IndexComponentKind {
+    static var indexComponentKind: FieldKind { .bytes }
     public static var indexComponentMatchesStoredForm: Bool { true }
     public func appendIndexComponent(to key: inout KeyBytes) { IndexComponent.bytes(self, &key) }
+}
+extension Optional: IndexComponentKind where Wrapped: IndexComponentKind {
+    static var indexComponentKind: FieldKind { Wrapped.indexComponentKind }
 }
 extension Optional: IndexableValue where Wrapped: IndexableValue {
     public static var indexComponentMatchesStoredForm: Bool { Wrapped.indexComponentMatchesStoredForm }

@@ -186,19 +186,37 @@ extension StoreReading {
     /// The number of records whose `keyPath` equals `value`.
     ///
     /// O(1) with a single-field index on `keyPath` (one `mdb_cursor_count`); otherwise the
-    /// same answer from a prefix scan of a composite index or a full scan.
+    /// same answer from a prefix scan of a composite index or a full scan. A property the
+    /// record's `encode(to:)` stores in another form than its type's (a UUID as text, say), or
+    /// one a type the open cannot probe does not store under its name (a computed or renamed
+    /// property), is compared on each decoded record: O(records of the type).
     public func count<R: Record, V: IndexableValue>(_ type: R.Type, where keyPath: KeyPath<R, V>, equals value: V) throws -> Int {
         if let n = try reader.catalog.exactIndexCount(keyPath, R.self, equals: value, reader.indexCount) { return n }
         let condition = QueryCondition(field: fieldName(of: keyPath), op: .equal, value: try FieldValue(encoding: value))
         let layout = try reader.layout(R.self)
-        if condition.field != "id" && layout.schema.field(named: condition.field) == nil,
-           DeclaredFields.names(of: R.self) == nil, !condition.field.contains(".") {
-            // A property no stored record has a value of yet (a type the open cannot probe
-            // learns its fields from values written): every record lacks it, as a fetch says.
-            // A probed type's missing name is a computed, renamed or nested path: it throws.
-            return condition.value == .null ? try reader.storedCount(layout.schema.tag) : 0
+        let field = layout.schema.field(named: condition.field)
+        if condition.field != "id" && field == nil, DeclaredFields.names(of: R.self) == nil, !condition.field.contains(".") {
+            // A name a type the open cannot probe has not stored: a property no stored record
+            // has a value of yet, or one it stores under another name or not at all (computed).
+            return try countDecoding(keyPath, equals: condition.value)
+        }
+        if let stored = field?.kind, let kind = condition.value.kind, kind != stored {
+            // Stored in another form: the stored values say nothing about the property's.
+            return try countDecoding(keyPath, equals: condition.value)
         }
         return try count(typeNamed: R.recordType, where: [condition])
+    }
+
+    /// The records of `R` whose value at `keyPath`, encoded, is `expected`: each record decoded.
+    func countDecoding<R: Record, V: IndexableValue>(_ keyPath: KeyPath<R, V>, equals expected: FieldValue) throws -> Int {
+        let all = FetchDescriptor<R>()
+        let (plan, layout) = try reader.plan(all)
+        var n = 0
+        try reader.matches(all, plan, layout) { record in
+            if try FieldValue(encoding: record[keyPath: keyPath]) == expected { n += 1 }
+            return true
+        }
+        return n
     }
 
     /// The records matching `descriptor`, sorted and limited as it says. Records that sort

@@ -58,8 +58,9 @@ extension Store {
         guard let index = layout.schema.indexes.first(where: { $0.fields == [name] }) else {
             throw StoreError(.noSuchIndex, "store \(path): \(R.recordType) has no index on '\(name)' alone; declare .index(\\.\(name)) in \(R.recordType).indexes")
         }
-        return IndexHandle(typeTag: layout.schema.tag, indexTag: index.tag, field: name, database: dbs.index,
-                           storeID: storeID, confirmedGeneration: ConfirmedGeneration(catalog.generation))
+        let confirmed = ConfirmedGeneration(catalog.generation, IndexFieldState(V.self, layout.schema.field(named: name)?.kind))
+        return IndexHandle(typeTag: layout.schema.tag, indexTag: index.tag, field: name, keyPath: UncheckedKeyPath(keyPath),
+                           database: dbs.index, storeID: storeID, confirmedGeneration: confirmed)
     }
 
     /// The number of records whose indexed field equals `value`.
@@ -67,19 +68,24 @@ extension Store {
     /// O(1) and allocation-free once warm: the key is built on the stack, then one
     /// `mdb_cursor_count` on a cached cursor of a recycled read transaction. Strings longer
     /// than the indexed prefix (120 UTF-8 bytes) are counted exactly by checking candidates.
+    /// A property the record's `encode(to:)` stores in another form than its type's (a UUID
+    /// as text, say) is compared on each decoded record: O(records of the type).
     public func count<R: Record, V: IndexableValue>(_ index: IndexHandle<R, V>, equals value: V) throws -> Int {
         if isNaNIndexValue(value) { return 0 }   // NaN equals nothing, not the stored NaNs
         var key = StoreKeys.indexPrefix(index.typeTag, index.indexTag)
         value.appendIndexComponent(to: &key)
-        // A type of the app's own, or a string longer than the indexed prefix: the snapshot's
-        // count builds the key from the stored form and rechecks candidates.
-        if key.isLossy || !V.indexComponentMatchesStoredForm { return try read { snapshot in try snapshot.count(index, equals: value) } }
-        return try storageErrors(path) {
-            try env.read { txn in
-                try index.confirm(in: try catalog(for: txn), of: self)
+        // A type of the app's own, a string longer than the indexed prefix, or a field stored
+        // in another form: the snapshot's count builds the key from the stored form and
+        // rechecks candidates, or reads the records.
+        if !key.isLossy && V.indexComponentMatchesStoredForm, let n = try storageErrors(path, {
+            try env.read { txn -> Int? in
+                guard try index.confirm(in: try catalog(for: txn), of: self).keyMatchesStoredKind else { return nil }
                 return try txn.duplicateCount(dbs.index, key: key)
             }
+        }) {
+            return n
         }
+        return try read { snapshot in try snapshot.count(index, equals: value) }
     }
 
     /// Runs `body` with the schema of a recycled read transaction and a one-`mdb_cursor_count`
@@ -103,47 +109,98 @@ public struct IndexHandle<R: Record, V: IndexableValue>: Sendable {
     let indexTag: UInt16
     /// The indexed field.
     public let field: String
+    /// The indexed property, for counting a field stored in another form (see ``count(_:equals:)``).
+    let keyPath: UncheckedKeyPath<R, V>
     let database: Database
     /// The store the handle was made in (a copy of it has the same id, and the same tags).
     let storeID: RecordID
     /// The schema generation in which the index was last seen.
     let confirmedGeneration: ConfirmedGeneration
 
+    /// The field's stored kind in `catalog`, and whether keys built from a `V` are what the
+    /// index holds.
+    ///
     /// Throws `.noSuchIndex` when the index is not in `catalog` (another process dropped it
     /// since the handle was made), `.invalidValue` for a handle of another store (its tags
     /// name other things there). Two comparisons while the schema does not change.
-    func confirm(in catalog: Catalog, of store: Store) throws {
+    @discardableResult
+    func confirm(in catalog: Catalog, of store: Store) throws -> IndexFieldState {
         guard store.storeID == storeID else {
             throw StoreError(.invalidValue, "store \(store.path): this handle on \(R.recordType).\(field) was made by another store (\(storeID)); make one with index(_:) of this store")
         }
         let path = store.path
         let generation = catalog.generation
-        if generation == confirmedGeneration.value.load(ordering: .relaxed) { return }
+        let confirmed = confirmedGeneration.value.load(ordering: .relaxed)
+        if confirmed >> IndexFieldState.bits == generation { return IndexFieldState(bits: confirmed) }
         let type = catalog.layoutsByTag[typeTag]?.schema
         guard let type, type.name == R.recordType, type.indexes.contains(where: { $0.tag == indexTag && $0.fields == [field] }) else {
             throw StoreError(.noSuchIndex, "store \(path): the index of \(R.recordType) on '\(field)' was dropped since this handle was made (another process opened the store with dropsUndeclaredIndexes); declare it again, or count without the handle")
         }
-        confirmedGeneration.value.store(generation, ordering: .relaxed)
+        let state = IndexFieldState(V.self, type.field(named: field)?.kind)
+        confirmedGeneration.value.store(state.packed(generation), ordering: .relaxed)
+        return state
     }
 }
 
-/// A schema generation, updated as handles find their index still there.
+/// What a handle knows of its field in one schema generation: its stored kind, and whether a
+/// key built from the handle's value type is what the index holds (see
+/// ``indexKeyMatchesStoredKind(_:_:)``).
+struct IndexFieldState {
+    let storedKind: FieldKind?
+    let keyMatchesStoredKind: Bool
+
+    init(_ valueType: Any.Type, _ storedKind: FieldKind?) {
+        self.storedKind = storedKind
+        keyMatchesStoredKind = indexKeyMatchesStoredKind(valueType, storedKind)
+    }
+
+    /// The low bits of a ``ConfirmedGeneration``'s value; the generation is above them.
+    static let bits: UInt64 = 5
+
+    init(bits packed: UInt64) {
+        let code = Int(packed & 0xF)
+        storedKind = code == 0 ? nil : FieldKind.allCases[code - 1]
+        keyMatchesStoredKind = packed & 0x10 != 0
+    }
+
+    func packed(_ generation: UInt64) -> UInt64 {
+        let code = storedKind.map { UInt64(FieldKind.allCases.firstIndex(of: $0)! + 1) } ?? 0
+        return generation << Self.bits | (keyMatchesStoredKind ? 0x10 : 0) | code
+    }
+}
+
+/// A schema generation with the ``IndexFieldState`` in it, updated as a handle finds its
+/// index still there: one atomic word, so that the two never disagree.
 final class ConfirmedGeneration: Sendable {
     let value: Atomic<UInt64>
-    init(_ generation: UInt64) { value = Atomic(generation) }
+    init(_ generation: UInt64, _ state: IndexFieldState) { value = Atomic(state.packed(generation)) }
+}
+
+/// Key paths are immutable; the wrapper lets a Sendable handle hold one.
+struct UncheckedKeyPath<R, V>: @unchecked Sendable {
+    let keyPath: KeyPath<R, V>
+    init(_ keyPath: KeyPath<R, V>) { self.keyPath = keyPath }
 }
 
 extension StoreReading {
     /// The number of records whose indexed field equals `value` (0 for NaN, which equals
-    /// nothing). O(1), no allocation.
+    /// nothing). O(1), no allocation; O(records of the type) for a property the record's
+    /// `encode(to:)` stores in another form than its type's (a UUID as text, say), compared
+    /// on each decoded record.
     public func count<R: Record, V: IndexableValue>(_ index: IndexHandle<R, V>, equals value: V) throws -> Int {
         if isNaNIndexValue(value) { return 0 }
-        try index.confirm(in: reader.catalog, of: reader.store)
+        let field = try index.confirm(in: reader.catalog, of: reader.store)
+        guard field.keyMatchesStoredKind else { return try countDecoding(index.keyPath.keyPath, equals: try FieldValue(encoding: value)) }
         var key = StoreKeys.indexPrefix(index.typeTag, index.indexTag)
         if V.indexComponentMatchesStoredForm {
             value.appendIndexComponent(to: &key)
         } else {
-            try FieldValue(encoding: value).appendIndexComponent(to: &key)   // as the index stores it
+            // As the index stores it, when the record stores it as its type encodes it.
+            let encoded = try FieldValue(encoding: value)
+            if let kind = encoded.kind, let stored = field.storedKind, kind != stored {
+                return try countDecoding(index.keyPath.keyPath, equals: encoded)
+            }
+            encoded.appendIndexComponent(to: &key)
         }
         if !key.isLossy { return try reader.txn.duplicateCount(index.database, key: key) }
         // A string longer than the indexed prefix: check each candidate's real value.

@@ -58,8 +58,14 @@ extension StoreReading {
     /// O(distinct values), like ``largestGroupCount(_:)``; the answer is usually short, and
     /// ``changedRecords(in:after:limit:)`` lets a caller keep it up to date from history
     /// instead of walking again.
+    ///
+    /// - Throws: `.invalidValue` when the record's `encode(to:)` stores the field in another
+    ///   form than a record id (as text, say): its index then holds no record ids to name.
     public func groups<R: Record>(_ index: IndexHandle<R, RecordID>, largerThan size: Int) throws -> [(value: RecordID, count: Int)] {
-        try index.confirm(in: reader.catalog, of: reader.store)
+        let field = try index.confirm(in: reader.catalog, of: reader.store)
+        guard field.keyMatchesStoredKind else {
+            throw StoreError(.invalidValue, "store \(reader.path): \(R.recordType).\(index.field) is stored as \(field.storedKind?.rawValue ?? "?") (its encode(to:) writes it so), not as a record id (uuid); groups(_:largerThan:) names record ids: store the property as it encodes itself")
+        }
         return try recordIDGroups(index.database, StoreKeys.indexPrefix(index.typeTag, index.indexTag), largerThan: size)
     }
 

@@ -733,6 +733,78 @@ import StashTestSupport
             #expect(try snapshot.fetchCount(FetchDescriptor<Labelled>(predicate: #Predicate { $0.label == red })) == 2)
         }
     }
+
+    /// A record whose `encode(to:)` stores a property in another form than the property's type
+    /// (a UUID as text, a date as seconds since 1970, as for a JSON API): the index holds that
+    /// form, so a key built from the property's type finds nothing. Every count must agree
+    /// with the fetch, which evaluates the predicate on the records.
+    @Test func countsOfAPropertyStoredInAnotherFormAgreeWithTheFetch() throws {
+        let dir = TemporaryDirectory()
+        let store = try Store.open(at: dir.path, types: [Visit.self])
+        let owner = UUID(), other = UUID()
+        let day = Date(timeIntervalSince1970: 1_700_000_000)
+        try store.write { tx in
+            try tx.insert(Visit(ownerID: owner, at: day))
+            try tx.insert(Visit(ownerID: owner, at: day.addingTimeInterval(60)))
+            try tx.insert(Visit(ownerID: other, at: day))
+        }
+        let byOwner = FetchDescriptor<Visit>(predicate: #Predicate { $0.ownerID == owner })
+        let byDay = FetchDescriptor<Visit>(predicate: #Predicate { $0.at == day })
+        #expect(try store.fetch(byOwner).count == 2)
+        #expect(try store.fetch(byDay).count == 2)
+        #expect(try store.count(Visit.self, where: \.ownerID, equals: owner) == 2)
+        #expect(try store.count(Visit.self, where: \.at, equals: day) == 2)
+        #expect(try store.fetchCount(byOwner) == 2)
+        #expect(try store.fetchCount(byDay) == 2)
+        #expect(try store.count(store.index(\Visit.ownerID), equals: owner) == 2)
+        #expect(try store.count(store.index(\Visit.at), equals: day) == 2)
+        try store.read { snapshot throws in
+            #expect(try snapshot.count(Visit.self, where: \.ownerID, equals: owner) == 2)
+            #expect(try snapshot.count(Visit.self, where: \.at, equals: day) == 2)
+            #expect(try snapshot.fetchCount(byOwner) == 2)
+            #expect(try snapshot.count(store.index(\Visit.ownerID), equals: owner) == 2)
+        }
+        try store.write { tx in
+            try tx.insert(Visit(ownerID: owner, at: day))
+            #expect(try tx.count(Visit.self, where: \.ownerID, equals: owner) == 3)
+            #expect(try tx.fetchCount(byDay) == 3)
+            #expect(try tx.count(store.index(\Visit.at), equals: day) == 3)
+        }
+    }
+}
+
+/// Stores its owner as text and its time as seconds since 1970, as a model shared with a JSON
+/// API might; both are indexed.
+struct Visit: Record, Equatable {
+    var id = RecordID()
+    var ownerID: UUID
+    var at: Date
+    static let indexes: [RecordIndex<Visit>] = [.index(\.ownerID), .index(\.at)]
+
+    init(ownerID: UUID, at: Date) {
+        self.ownerID = ownerID
+        self.at = at
+    }
+
+    enum CodingKeys: String, CodingKey { case id, ownerID, at }
+
+    init(from decoder: any Decoder) throws {
+        let c = try decoder.container(keyedBy: CodingKeys.self)
+        id = try c.decode(RecordID.self, forKey: .id)
+        let text = try c.decode(String.self, forKey: .ownerID)
+        guard let owner = UUID(uuidString: text) else {
+            throw DecodingError.dataCorruptedError(forKey: .ownerID, in: c, debugDescription: "not a UUID: \(text)")
+        }
+        ownerID = owner
+        at = Date(timeIntervalSince1970: try c.decode(Double.self, forKey: .at))
+    }
+
+    func encode(to encoder: any Encoder) throws {
+        var c = encoder.container(keyedBy: CodingKeys.self)
+        try c.encode(id, forKey: .id)
+        try c.encode(ownerID.uuidString, forKey: .ownerID)
+        try c.encode(at.timeIntervalSince1970, forKey: .at)
+    }
 }
 
 struct Tagged: Record, Equatable {
