@@ -157,14 +157,37 @@ struct IndexFieldState {
     /// The low bits of a ``ConfirmedGeneration``'s value; the generation is above them.
     static let bits: UInt64 = 5
 
+    /// Read at every count through a handle: no allocation (as `allCases` would make).
     init(bits packed: UInt64) {
-        let code = Int(packed & 0xF)
-        storedKind = code == 0 ? nil : FieldKind.allCases[code - 1]
+        switch packed & 0xF {
+        case 1: storedKind = .bool
+        case 2: storedKind = .int
+        case 3: storedKind = .double
+        case 4: storedKind = .string
+        case 5: storedKind = .bytes
+        case 6: storedKind = .uuid
+        case 7: storedKind = .date
+        case 8: storedKind = .array
+        case 9: storedKind = .map
+        default: storedKind = nil
+        }
         keyMatchesStoredKind = packed & 0x10 != 0
     }
 
     func packed(_ generation: UInt64) -> UInt64 {
-        let code = storedKind.map { UInt64(FieldKind.allCases.firstIndex(of: $0)! + 1) } ?? 0
+        let code: UInt64
+        switch storedKind {
+        case nil: code = 0
+        case .bool: code = 1
+        case .int: code = 2
+        case .double: code = 3
+        case .string: code = 4
+        case .bytes: code = 5
+        case .uuid: code = 6
+        case .date: code = 7
+        case .array: code = 8
+        case .map: code = 9
+        }
         return generation << Self.bits | (keyMatchesStoredKind ? 0x10 : 0) | code
     }
 }
