@@ -267,7 +267,9 @@ protocol PlannerConstant {
     associatedtype Constant
     var plannerConstant: Constant { get }
 }
-protocol PlannerComparison { var plannerOperands: (Any, Any) { get }; var plannerOperator: QueryCondition.Operator { get } }
+/// `plannerOperator` is nil for an operator this library does not know (a later Foundation's):
+/// the comparison then stays in the filter.
+protocol PlannerComparison { var plannerOperands: (Any, Any) { get }; var plannerOperator: QueryCondition.Operator? { get } }
 protocol PlannerKeyPath { var plannerRoot: Any { get }; var plannerKeyPath: AnyKeyPath { get } }
 protocol PlannerVariable {}
 
@@ -298,13 +300,13 @@ extension PredicateExpressions.Value: PlannerConstant {
 }
 extension PredicateExpressions.Comparison: PlannerComparison {
     var plannerOperands: (Any, Any) { (lhs, rhs) }
-    var plannerOperator: QueryCondition.Operator {
+    var plannerOperator: QueryCondition.Operator? {
         switch op {
         case .lessThan: return .less
         case .lessThanOrEqual: return .lessOrEqual
         case .greaterThan: return .greater
         case .greaterThanOrEqual: return .greaterOrEqual
-        @unknown default: return .equal
+        @unknown default: return nil
         }
     }
 }
@@ -327,7 +329,7 @@ enum PredicateAnalyzer {
                 walk(and.plannerOperands.1)
             } else if let eq = expression as? PlannerEqual, let c = condition(eq.plannerOperands, .equal) {
                 conditions.append(c)
-            } else if let cmp = expression as? PlannerComparison, let c = condition(cmp.plannerOperands, cmp.plannerOperator) {
+            } else if let cmp = expression as? PlannerComparison, let op = cmp.plannerOperator, let c = condition(cmp.plannerOperands, op) {
                 conditions.append(c)
             } else {
                 residual = true

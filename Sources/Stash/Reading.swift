@@ -192,7 +192,14 @@ extension StoreReading {
     /// property), is compared on each decoded record: O(records of the type).
     public func count<R: Record, V: IndexableValue>(_ type: R.Type, where keyPath: KeyPath<R, V>, equals value: V) throws -> Int {
         if let n = try reader.catalog.exactIndexCount(keyPath, R.self, equals: value, reader.indexCount) { return n }
-        let condition = QueryCondition(field: fieldName(of: keyPath), op: .equal, value: try FieldValue(encoding: value))
+        let name = fieldName(of: keyPath)
+        let encoded: FieldValue
+        do {
+            encoded = try FieldValue(encoding: value)
+        } catch {
+            throw StoreError(.invalidValue, "store \(reader.path): the value counted by \(R.recordType).\(name) cannot be encoded: \(error)")
+        }
+        let condition = QueryCondition(field: name, op: .equal, value: encoded)
         let layout = try reader.layout(R.self)
         let field = layout.schema.field(named: condition.field)
         if condition.field != "id" && field == nil, DeclaredFields.names(of: R.self) == nil, !condition.field.contains(".") {

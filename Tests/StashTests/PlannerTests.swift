@@ -734,6 +734,17 @@ import StashTestSupport
         }
     }
 
+    /// A value of the app's own that cannot be encoded: the count said only what Foundation's
+    /// encoding error says, naming no store, type or field.
+    @Test func aCountByAValueThatCannotBeEncodedNamesTheField() throws {
+        let dir = TemporaryDirectory()
+        let store = try Store.open(at: dir.path, types: [Labelled.self])
+        let error = thrownError { _ = try store.count(Labelled.self, where: \.label, equals: Label(name: "")) }
+        let storeError = try #require(error as? StoreError, "\(String(describing: error))")
+        #expect(storeError.code == .invalidValue)
+        #expect(storeError.message.contains("Labelled.label") && storeError.message.contains(dir.path), "\(storeError.message)")
+    }
+
     /// A record whose `encode(to:)` stores a property in another form than the property's type
     /// (a UUID as text, a date as seconds since 1970, as for a JSON API): the index holds that
     /// form, so a key built from the property's type finds nothing. Every count must agree
@@ -820,7 +831,11 @@ struct Label: IndexableValue, Codable, Hashable {
     var name: String
     init(name: String) { self.name = name }
     init(from decoder: any Decoder) throws { name = try decoder.singleValueContainer().decode(String.self) }
+    /// An empty name cannot be stored (it throws, as a validating type of an app would).
     func encode(to encoder: any Encoder) throws {
+        guard !name.isEmpty else {
+            throw EncodingError.invalidValue(name, .init(codingPath: encoder.codingPath, debugDescription: "a label needs a name"))
+        }
         var container = encoder.singleValueContainer()
         try container.encode(name)
     }
