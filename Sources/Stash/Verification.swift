@@ -18,11 +18,13 @@ public struct VerificationReport: Sendable, CustomStringConvertible {
 
 /// How far ``Store/verify(progressEvery:progress:)`` has come: `checked` items of `phase`.
 public struct VerificationProgress: Sendable, CustomStringConvertible {
-    /// What `verify` reads, in this order (records and index entries alternate, type by type).
+    /// What `verify` reads, in this order.
     public enum Phase: String, Sendable, CaseIterable {
-        /// Every record: it decodes, has its index entries and versions.
+        /// Every record of the schema's types, type by type: it decodes, has its index entries
+        /// and versions.
         case records = "records"
-        /// Every index entry: its record exists and gives its key.
+        /// Every entry of the index database: its index is in the schema, its record exists
+        /// and gives its key.
         case indexEntries = "index entries"
         /// Every record again: its type tag is one the schema knows.
         case recordTypes = "records for unknown types"
@@ -69,9 +71,10 @@ private struct VerificationProgressCounter {
 }
 
 extension Store {
-    /// Checks, in one read snapshot, that every record decodes, every index entry matches a
-    /// record (and every record has its entries), unique indexes hold one id per key, the
-    /// stored counts equal the records, and the history is well-formed. Reports every mismatch.
+    /// Checks, in one read snapshot, that every record decodes, every index entry is of an index
+    /// in the schema and matches a record (and every record has its entries), unique indexes
+    /// hold one id per key, the stored counts equal the records (with none for a type the schema
+    /// does not know), and the history is well-formed. Reports every mismatch.
     /// O(records + index entries + history entries).
     ///
     /// ```swift
@@ -143,41 +146,20 @@ extension Store {
                 if stored != UInt64(actual) {
                     report.problems.append("\(type.name): stored count \(stored) but \(actual) records")
                 }
-                for index in type.indexes {
-                    var lastKey: [UInt8]?
-                    // Records under the key that hold the value (those that lack it clash with none).
-                    var holdersUnderKey = 0
-                    try txn.scan(dbs.index, prefix: StoreKeys.indexPrefix(type.tag, index.tag)) { key, value in
-                        report.indexEntriesChecked += 1
-                        counter.count(.indexEntries)
-                        if key != lastKey { holdersUnderKey = 0; lastKey = key }
-                        guard let id = RecordID(bytes: value[...]) else {
-                            report.problems.append("\(type.name) index \(index.name): malformed id of \(value.count) bytes")
-                            return true
-                        }
-                        guard let bytes = try txn.get(dbs.records, key: StoreKeys.record(type.tag, id)),
-                              let record = try? EncodedRecord(bytes) else {
-                            report.problems.append("\(type.name) index \(index.name): entry for missing record \(id)")
-                            return true
-                        }
-                        guard let expected = try? indexKey(index, layout, record) else {
-                            // Reported with the record above.
-                            return true
-                        }
-                        if expected.bytes != key {
-                            report.problems.append("\(type.name) \(id): stale entry in index \(index.name)")
-                        } else if index.unique && !expected.isLossy, (try? lacksUniqueValue(index, layout, record)) == false {
-                            holdersUnderKey += 1
-                            if holdersUnderKey > 1 {
-                                report.problems.append("\(type.name) \(id): unique index \(index.name) holds \(holdersUnderKey) records for one value")
-                            }
-                        }
-                        return true
-                    }
-                }
             }
             counter.finish(.records)
+            try verifyIndexEntries(txn, catalog, &report, &counter)
             counter.finish(.indexEntries)
+            // Counts under a type tag the schema does not know (a type given that tag later
+            // would start from it).
+            try txn.scan(dbs.counts, from: ScanStart<[UInt8]>.first) { key, _ in
+                if key.count != 2 {
+                    report.problems.append("a stored count under a key of \(key.count) bytes (a type tag has 2)")
+                } else if !knownTags.contains(UInt16(key[0]) << 8 | UInt16(key[1])) {
+                    report.problems.append("a stored count under type tag \(UInt16(key[0]) << 8 | UInt16(key[1])), unknown to the schema")
+                }
+                return true
+            }
             // Records under a type tag the schema does not know.
             var strayTags = Set<UInt16>()
             try txn.scan(dbs.records, from: ScanStart<[UInt8]>.first) { key, _ in
@@ -253,6 +235,78 @@ extension Store {
                 counter.finish(.historyCoverage)
             }
             return report
+        }
+    }
+
+    /// Reads every entry of the `index` database once, in key order. An entry of an index in
+    /// the schema must name a stored record that gives its key, and a unique index holds one
+    /// record per value. Entries under a (type, index) tag pair the schema does not have (left
+    /// by a dropped index, or of a type the schema does not know) are reported per pair: reads
+    /// never see them, but a type given that tag later would. O(index entries).
+    private func verifyIndexEntries(_ txn: ReadTransaction, _ catalog: Catalog, _ report: inout VerificationReport,
+                                    _ counter: inout VerificationProgressCounter) throws {
+        /// An index of the schema, found by its key prefix (type tag and index tag, 4 bytes).
+        struct KnownIndex {
+            let type: TypeSchema
+            let layout: TypeLayout
+            let index: IndexSchema
+        }
+        var known: [UInt32: KnownIndex] = [:]
+        for type in catalog.schema.types {
+            for index in type.indexes {
+                known[UInt32(type.tag) << 16 | UInt32(index.tag)] = KnownIndex(type: type, layout: catalog.layoutsByTag[type.tag]!, index: index)
+            }
+        }
+        // Entries under prefixes the schema does not have, per prefix, in key order.
+        var unknown: [(prefix: UInt32, entries: Int)] = []
+        var lastKey: [UInt8]?
+        // Records under the key that hold the value (those that lack it clash with none).
+        var holdersUnderKey = 0
+        try txn.scan(dbs.index, from: ScanStart<[UInt8]>.first) { key, value in
+            report.indexEntriesChecked += 1
+            counter.count(.indexEntries)
+            guard key.count >= 4 else {
+                report.problems.append("an index entry under a key of \(key.count) bytes, too short for a type tag and an index tag")
+                return true
+            }
+            let prefix = key[0..<4].reduce(UInt32(0)) { $0 << 8 | UInt32($1) }
+            guard let entry = known[prefix] else {
+                if unknown.last?.prefix == prefix { unknown[unknown.count - 1].entries += 1 } else { unknown.append((prefix, 1)) }
+                return true
+            }
+            let (type, index) = (entry.type, entry.index)
+            if key != lastKey { holdersUnderKey = 0; lastKey = key }
+            guard let id = RecordID(bytes: value[...]) else {
+                report.problems.append("\(type.name) index \(index.name): malformed id of \(value.count) bytes")
+                return true
+            }
+            guard let bytes = try txn.get(dbs.records, key: StoreKeys.record(type.tag, id)),
+                  let record = try? EncodedRecord(bytes) else {
+                report.problems.append("\(type.name) index \(index.name): entry for missing record \(id)")
+                return true
+            }
+            guard let expected = try? indexKey(index, entry.layout, record) else {
+                // Reported with the record.
+                return true
+            }
+            if expected.bytes != key {
+                report.problems.append("\(type.name) \(id): stale entry in index \(index.name)")
+            } else if index.unique && !expected.isLossy, (try? lacksUniqueValue(index, entry.layout, record)) == false {
+                holdersUnderKey += 1
+                if holdersUnderKey > 1 {
+                    report.problems.append("\(type.name) \(id): unique index \(index.name) holds \(holdersUnderKey) records for one value")
+                }
+            }
+            return true
+        }
+        for (prefix, entries) in unknown {
+            let (typeTag, indexTag) = (UInt16(prefix >> 16), UInt16(prefix & 0xFFFF))
+            let counted = entries == 1 ? "1 index entry" : "\(entries) index entries"
+            if let type = catalog.schema.type(tagged: typeTag) {
+                report.problems.append("\(type.name): \(counted) under index tag \(indexTag), which the schema does not have (left by a dropped index?)")
+            } else {
+                report.problems.append("\(counted) under type tag \(typeTag), index tag \(indexTag), unknown to the schema")
+            }
         }
     }
 }

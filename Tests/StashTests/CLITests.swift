@@ -279,10 +279,11 @@ import StashTestSupport
         let verify = try StashCLI.run("verify", store, "--progress-every", "10")
         #expect(verify.status == 0 && verify.stdout == "25 records, 50 index entries, 1 history entries checked: clean\n", "\(verify.stdout)")
         // Item's two indexes hold 50 entries; the one history entry is below 10 and is quiet.
-        let expected = ["verified 10 records", "verified 20 records",
+        // Records are read type by type, then the whole index database: each phase ends
+        // before the next begins.
+        let expected = ["verified 10 records", "verified 20 records", "verified 25 records: done",
                         "verified 10 index entries", "verified 20 index entries", "verified 30 index entries",
-                        "verified 40 index entries", "verified 50 index entries",
-                        "verified 25 records: done", "verified 50 index entries: done",
+                        "verified 40 index entries", "verified 50 index entries", "verified 50 index entries: done",
                         "verified 10 records for unknown types", "verified 20 records for unknown types",
                         "verified 25 records for unknown types: done",
                         "verified 10 records replayed from history", "verified 20 records replayed from history",

@@ -198,6 +198,53 @@ import StashTestSupport
         #expect(report.problems.contains { $0.contains("Home") && $0.contains("count") }, "\(report.problems)")
     }
 
+    /// Index entries and counts were checked only under the indexes and types of the schema:
+    /// entries a drop left behind, or entries and a count under a type tag the schema does not
+    /// know, were never read and the store was called clean.
+    @Test func reportsIndexEntriesAndCountsOutsideTheSchema() throws {
+        let dir = TemporaryDirectory()
+        let indexed = try Store.open(at: dir.path, types: [GarmentIndexed.self])
+        try indexed.write { tx in for n in 0..<6 { try tx.insert(GarmentIndexed(name: "g\(n)", size: n % 2)) } }
+        let garment = try #require(indexed.schema.type(named: "Garment"))
+        let bySize = try #require(garment.index(named: "size"))
+        let env = try Environment.open(path: dir.path)
+        let index = try env.database("index")
+        let counts = try env.database("counts")
+        // The entries of the size index, to put back after it is dropped.
+        let sizePrefix = [UInt8(garment.tag >> 8), UInt8(garment.tag & 0xFF), UInt8(bySize.tag >> 8), UInt8(bySize.tag & 0xFF)]
+        let left = try env.read { txn in
+            var entries: [([UInt8], [UInt8])] = []
+            try txn.scan(index, prefix: sizePrefix) { key, value in entries.append((key, value)); return true }
+            return entries
+        }
+        #expect(left.count == 6)
+        var removing = StoreOptions()
+        removing.dropsUndeclaredIndexes = true
+        let store = try Store.open(at: dir.path, types: [GarmentV1.self], options: removing)
+        #expect(store.schema.type(named: "Garment")?.indexes.isEmpty == true)
+        #expect(try store.verify().isClean)
+        // The tag the next new type would be given.
+        let unknownType = (store.schema.types.map(\.tag).max() ?? 0) + 1
+        let ghost = [UInt8(unknownType >> 8), UInt8(unknownType & 0xFF)]
+        try env.write { txn in
+            // 1. A drop that left its entries behind.
+            for (key, value) in left { try txn.put(index, key: key, value: value) }
+            // 2. Entries and a count under a type tag the schema does not know.
+            for _ in 0..<2 { try txn.put(index, key: ghost + [0, 1, 7], value: Self.bytes(RecordID())) }
+            try txn.put(counts, key: ghost, value: [UInt8]([2, 0, 0, 0, 0, 0, 0, 0]))
+        }
+        var finished: [VerificationProgress] = []
+        let report = try store.verify(progressEvery: 1) { if $0.isFinished { finished.append($0) } }
+        let text = report.problems.joined(separator: "\n")
+        #expect(report.problems.contains { $0.contains("Garment") && $0.contains("6 index entries") && $0.contains("index tag \(bySize.tag)") }, "\(text)")
+        #expect(report.problems.contains { $0.contains("2 index entries") && $0.contains("type tag \(unknownType)") }, "\(text)")
+        #expect(report.problems.contains { $0.contains("count") && $0.contains("type tag \(unknownType)") }, "\(text)")
+        #expect(report.problems.count == 3, "\(text)")
+        // Every entry of the index database is read, and counted in the report and the progress.
+        #expect(report.indexEntriesChecked == 8)
+        #expect(finished.first { $0.phase == .indexEntries }?.checked == 8)
+    }
+
     /// `verify` said nothing until it was done: on a large store it looked hung. It reports
     /// every `progressEvery` items of each phase and the end of each phase, with the totals
     /// its report gives; the report is the same as without progress.
