@@ -245,6 +245,68 @@ import StashTestSupport
         #expect(finished.first { $0.phase == .indexEntries }?.checked == 8)
     }
 
+    /// The unique check skipped shortened keys (strings over 120 UTF-8 bytes): two records
+    /// holding one long value were never reported. Different long values sharing the shortened
+    /// key are no duplicate, and a duplicate of a short value is reported as before.
+    @Test func reportsUniqueDuplicatesBehindAShortenedKey() throws {
+        let dir = TemporaryDirectory()
+        let store = try Store.open(at: dir.path, types: [UserProfile.self])
+        let long = String(repeating: "p", count: 130)
+        // One shortened key for the three: they differ after 120 bytes.
+        let ann = UserProfile(email: long + "@a", displayName: "ann")
+        let bea = UserProfile(email: long + "@b", displayName: "bea")
+        let cid = UserProfile(email: long + "@c", displayName: "cid")
+        let dan = UserProfile(email: "d@example.com", displayName: "dan")
+        let eve = UserProfile(email: "e@example.com", displayName: "eve")
+        try store.write { tx in for profile in [ann, bea, cid, dan, eve] { try tx.insert(profile) } }
+        #expect(try store.verify().isClean)
+        let env = try Environment.open(path: dir.path)
+        let records = try env.database("records")
+        let index = try env.database("index")
+        // Replaces `from` by `to` (as long) in the stored record `id`.
+        func rewrite(_ txn: WriteTransaction, _ id: RecordID, _ from: String, _ to: String) throws {
+            var found: ([UInt8], [UInt8])?
+            try txn.scan(records, from: ScanStart<[UInt8]>.first) { key, value in
+                if key.suffix(16).elementsEqual(Self.bytes(id)) { found = (key, value); return false }
+                return true
+            }
+            let (key, value) = try #require(found)
+            let (old, new) = (Array(from.utf8), Array(to.utf8))
+            let at = try #require(value.indices.first { value[$0...].starts(with: old) })
+            var bytes = value
+            bytes.replaceSubrange(at..<at + old.count, with: new)
+            try txn.put(records, key: key, value: bytes)
+        }
+        func entryKey(_ txn: WriteTransaction, _ id: RecordID) throws -> [UInt8] {
+            var found: [UInt8]?
+            try txn.scan(index, from: ScanStart<[UInt8]>.first) { key, value in
+                if value == Self.bytes(id) { found = key; return false }
+                return true
+            }
+            return try #require(found)
+        }
+        try env.write { txn in
+            // bea now holds ann's long email: its index key stays the same.
+            try rewrite(txn, bea.id, long + "@b", long + "@a")
+            // eve holds dan's short email, and its entry moves to dan's key.
+            try rewrite(txn, eve.id, "e@example.com", "d@example.com")
+            let eveKey = try entryKey(txn, eve.id)
+            let danKey = try entryKey(txn, dan.id)
+            try txn.delete(index, key: eveKey, value: Self.bytes(eve.id))
+            try txn.put(index, key: danKey, value: Self.bytes(eve.id))
+        }
+        #expect(try store.get(UserProfile.self, id: bea.id)?.email == ann.email)
+        let report = try store.verify()
+        let text = report.problems.joined(separator: "\n")
+        let duplicate = { (one: UserProfile, other: UserProfile) in
+            report.problems.contains { ($0.contains(one.id.description) || $0.contains(other.id.description)) && $0.contains("unique index email holds 2 records") }
+        }
+        #expect(duplicate(ann, bea), "\(text)")
+        #expect(duplicate(dan, eve), "\(text)")
+        #expect(!text.contains(cid.id.description), "\(text)")
+        #expect(report.problems.count == 2, "\(text)")
+    }
+
     /// `verify` said nothing until it was done: on a large store it looked hung. It reports
     /// every `progressEvery` items of each phase and the end of each phase, with the totals
     /// its report gives; the report is the same as without progress.
