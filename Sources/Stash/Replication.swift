@@ -178,7 +178,7 @@ public struct RecordState: Sendable, Equatable {
     /// The join of two states of the same record; `counters` names counter fields.
     public func merged(with other: RecordState, counters: Set<String>) -> RecordState {
         var result = self
-        result.tombstone = [tombstone, other.tombstone].compactMap { $0 }.max()
+        if let theirs = other.tombstone, tombstone.map({ theirs > $0 }) ?? true { result.tombstone = theirs }
         switch (incarnation, other.incarnation) {
         case (nil, _):
             result.incarnation = other.incarnation
@@ -242,6 +242,19 @@ struct RecordVersions: Equatable {
 
     /// ``encoded()`` appended to `w` (a writer the caller reuses).
     func encode(into w: inout ByteWriter) {
+        var scratch = EncodingScratch()
+        encode(into: &w, reusing: &scratch)
+    }
+
+    /// The arrays ``encode(into:reusing:)`` sorts and numbers versions in, kept by a caller
+    /// that encodes record after record: no allocation per record once they have grown.
+    struct EncodingScratch {
+        var entries: [(tag: UInt16, version: Version)] = []
+        var table: [Version] = []
+    }
+
+    /// ``encoded()`` appended to `w`, working in `scratch`.
+    func encode(into w: inout ByteWriter, reusing scratch: inout EncodingScratch) {
         w.bytes.append(1)
         var flags: UInt8 = 0
         if incarnation != nil { flags |= 1 }
@@ -249,23 +262,21 @@ struct RecordVersions: Equatable {
         w.bytes.append(flags)
         // Distinct versions in first-use order: incarnation, tombstone, then fields by tag.
         // The fields are sorted once as pairs: no dictionary lookup per tag.
-        var entries: [(tag: UInt16, version: Version)] = []
-        entries.reserveCapacity(fields.count)
-        for (tag, version) in fields { entries.append((tag, version)) }
-        entries.sort { $0.tag < $1.tag }
-        var table: [Version] = []
-        table.reserveCapacity(2 + entries.count)
-        func index(_ v: Version) -> Int { table.firstIndex(of: v) ?? table.count }
-        func note(_ v: Version?) { if let v, index(v) == table.count { table.append(v) } }
+        scratch.entries.removeAll(keepingCapacity: true)
+        for (tag, version) in fields { scratch.entries.append((tag, version)) }
+        scratch.entries.sort { $0.tag < $1.tag }
+        scratch.table.removeAll(keepingCapacity: true)
+        func index(_ v: Version) -> Int { scratch.table.firstIndex(of: v) ?? scratch.table.count }
+        func note(_ v: Version?) { if let v, index(v) == scratch.table.count { scratch.table.append(v) } }
         note(incarnation)
         note(tombstone)
-        for entry in entries { note(entry.version) }
-        w.varint(UInt64(table.count))
-        for v in table { Self.write(v, &w) }
+        for entry in scratch.entries { note(entry.version) }
+        w.varint(UInt64(scratch.table.count))
+        for v in scratch.table { Self.write(v, &w) }
         if let incarnation { w.varint(UInt64(index(incarnation))) }
         if let tombstone { w.varint(UInt64(index(tombstone))) }
-        w.varint(UInt64(entries.count))
-        for entry in entries {
+        w.varint(UInt64(scratch.entries.count))
+        for entry in scratch.entries {
             w.varint(UInt64(entry.tag))
             w.varint(UInt64(index(entry.version)))
         }

@@ -33,6 +33,7 @@ final class WriteContext: FieldTagResolver {
     /// the next: the index keys that change, and the bytes of a new record's versions.
     @exclusivity(unchecked) private var keyChanges: [(old: KeyBytes?, new: KeyBytes)] = []
     @exclusivity(unchecked) private var scratch = ByteWriter(capacity: 128)
+    @exclusivity(unchecked) private var versionScratch = RecordVersions.EncodingScratch()
     /// Type tags a new key of which did not sort last in this transaction (see ``putNew``).
     @exclusivity(unchecked) private var appendMisses: [UInt16] = []
     @exclusivity(unchecked) private var countDeltas: [UInt16: Int] = [:]
@@ -336,7 +337,7 @@ final class WriteContext: FieldTagResolver {
             if tags.isEmpty, let oldVersions {
                 tags = merged.fields.filter { oldVersions.fields[$0.key] != $0.value }.map(\.key)
             }
-            merged.encode(into: &scratch)
+            merged.encode(into: &scratch, reusing: &versionScratch)
         } else if old == nil {
             // A (re-)insert starts an incarnation newer than any delete of this id, and every
             // field written carries it.
@@ -347,7 +348,7 @@ final class WriteContext: FieldTagResolver {
             let version = try writeVersion()
             var versions = oldVersions ?? RecordVersions(incarnation: nil, tombstone: nil, fields: [:])
             for tag in tags { versions.fields[tag] = bumped(version, over: versions.fields[tag]) }
-            versions.encode(into: &scratch)
+            versions.encode(into: &scratch, reusing: &versionScratch)
         }
         if fresh {
             try putNew(dbs.versions, type.tag, key: key, value: scratch.bytes, flags: [])

@@ -167,7 +167,7 @@ extension Delta {
         guard bytes.count >= Self.headerSize + 2 + 32 else { throw corrupt("\(bytes.count) bytes is too short") }
         guard Array(bytes[0..<4]) == Self.magic else { throw corrupt("wrong magic") }
         let checksumStart = bytes.count - 32
-        guard Array(SHA256.hash(data: bytes[0..<checksumStart])) == Array(bytes[checksumStart...]) else {
+        guard SHA256.hash(data: bytes[0..<checksumStart]).elementsEqual(bytes[checksumStart...]) else {
             throw corrupt("checksum mismatch (damaged or truncated)")
         }
         let format = bytes[4]
@@ -183,7 +183,7 @@ extension Delta {
             }
             end -= 32
             guard end >= Self.headerSize,
-                  HMAC<SHA256>.isValidAuthenticationCode(Array(bytes[end..<checksumStart]), authenticating: bytes[0..<end], using: key.symmetricKey) else {
+                  HMAC<SHA256>.isValidAuthenticationCode(bytes[end..<checksumStart], authenticating: bytes[0..<end], using: key.symmetricKey) else {
                 throw SyncError(.unauthenticated, "\(name) has a wrong HMAC: it was not made with this store's sync key")
             }
         } else if key != nil {
@@ -313,8 +313,10 @@ struct DeltaByteReader {
         let raw = try take(8)
         return raw.enumerated().reduce(UInt64(0)) { $0 | UInt64($1.element) << UInt64($1.offset * 8) }
     }
+    /// Read in place: one per record, no array.
     mutating func id() throws -> RecordID {
-        guard let id = RecordID(bytes: try take(16)[...]) else { throw unreadable("bad id") }
+        guard 16 <= end - offset, let id = RecordID(bytes: bytes[offset..<offset + 16]) else { throw unreadable("truncated") }
+        offset += 16
         return id
     }
     mutating func value() throws -> FieldValue {
