@@ -53,9 +53,10 @@ struct ProbeKeyedDecoder<Key: CodingKey>: KeyedDecodingContainerProtocol {
     func contains(_ key: Key) -> Bool { true }
     func decodeNil(forKey key: Key) throws -> Bool { false }
 
+    /// `decode(T?.self, forKey:)` declares an optional field, as `decodeIfPresent` does.
     func decode<T: Decodable>(_ type: T.Type, forKey key: Key) throws -> T {
         let (value, kind) = try PlaceholderValue.make(type)
-        probe.record(key.stringValue, kind, optional: false, counter: T.self == Counter.self)
+        probe.record(key.stringValue, kind, optional: T.self is any ExpressibleByNilLiteral.Type, counter: T.self == Counter.self)
         return value
     }
 
@@ -122,6 +123,10 @@ enum PlaceholderValue {
         case is URL.Type: return (URL(fileURLWithPath: "/") as! T, .string)
         default: break
         }
+        // `decode(T?.self, forKey:)`: nil, of the wrapped type's kind.
+        if let optional = type as? any ProbedOptional.Type, let none = optional.probeNone as? T {
+            return (none, try optional.wrappedKind())
+        }
         if let cases = type as? any CaseIterable.Type, let first = firstCase(cases) as? T {
             // The kind is what the first case encodes as (a raw value of any type, or a
             // custom single value); before, a Double raw value was taken for a map, and every
@@ -139,6 +144,17 @@ enum PlaceholderValue {
     }
 
     private static func firstCase<C: CaseIterable>(_ type: C.Type) -> Any? { C.allCases.first }
+}
+
+/// An optional the probe meets through `decode(T?.self, forKey:)`: probed as its wrapped type.
+protocol ProbedOptional {
+    static var probeNone: Self { get }
+    static func wrappedKind() throws -> FieldKind
+}
+
+extension Optional: ProbedOptional where Wrapped: Decodable {
+    static var probeNone: Self { nil }
+    static func wrappedKind() throws -> FieldKind { try PlaceholderValue.make(Wrapped.self).1 }
 }
 
 /// Answers every request with a placeholder; remembers the first container kind asked for.

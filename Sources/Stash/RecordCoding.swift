@@ -444,8 +444,14 @@ struct RecordKeyedDecoder<Key: CodingKey>: KeyedDecodingContainerProtocol {
         return try PrimitiveDecoding.decode(type, try reader.value(), [key])
     }
 
+    /// The field's default for a record that lacks the field; nil for an optional asked for
+    /// with `decode(T?.self, forKey:)` (as hand-written `init(from:)` may do: a nil it encoded
+    /// with `encode(_:forKey:)` is not stored).
     private func decode<T: Decodable>(_ type: T.Type, fromDefaultOf key: Key) throws -> T {
-        guard let value = decoder.layout.defaults[key.stringValue] else { throw missing(key) }
+        guard let value = decoder.layout.defaults[key.stringValue] else {
+            if let optional = T.self as? any ExpressibleByNilLiteral.Type, let none = optional.init(nilLiteral: ()) as? T { return none }
+            throw missing(key)
+        }
         return try PrimitiveDecoding.decode(type, value, [key])
     }
 

@@ -80,6 +80,9 @@ public struct TypeDeclaration: Codable, Sendable {
     public var localOnly: Bool
     /// Values for fields missing in stored records (fields added later).
     public var defaults: [String: FieldValue]
+    /// A schema file that does not say `localOnly` keeps what the store has: a local-only
+    /// type turns synced (and its records start to leave the device) only when asked.
+    var keepsStoredLocalOnly = false
 
     public init(name: String, fields: [FieldDeclaration] = [], indexes: [IndexDeclaration] = [],
                 localOnly: Bool = false, defaults: [String: FieldValue] = [:]) {
@@ -97,7 +100,9 @@ public struct TypeDeclaration: Codable, Sendable {
         name = try c.decode(String.self, forKey: .name)
         fields = try c.decodeIfPresent([FieldDeclaration].self, forKey: .fields) ?? []
         indexes = try c.decodeIfPresent([IndexDeclaration].self, forKey: .indexes) ?? []
-        localOnly = try c.decodeIfPresent(Bool.self, forKey: .localOnly) ?? false
+        let given = try c.decodeIfPresent(Bool.self, forKey: .localOnly)
+        localOnly = given ?? false
+        keepsStoredLocalOnly = given == nil
         defaults = [:]
     }
 

@@ -88,8 +88,9 @@ struct SchemaMerger {
     /// What a read-only open needs, read without writing anything: no upgrade, no schema
     /// merge, no new site for a copy (the stored one is used as is).
     /// - Throws: `.notAStore` without a format marker or for a newer format; `.readOnly` for
-    ///   an older format, which must be upgraded by an open for writing first.
-    static func inspect<T: TransactionReading>(_ txn: T, _ dbs: StoreDatabases, _ path: String) throws -> Result {
+    ///   an older format, which must be upgraded by an open for writing first, and for a store
+    ///   that has not run `migrations` yet (its records are in their form from before).
+    static func inspect<T: TransactionReading>(_ txn: T, _ dbs: StoreDatabases, _ path: String, migrations: [Migration] = []) throws -> Result {
         guard let format = try txn.uint64(dbs.meta, key: MetaKey.format) else {
             throw StoreError(.notAStore, "\(path) holds no Stash format marker; it is not a Stash store")
         }
@@ -100,6 +101,9 @@ struct SchemaMerger {
         let (store, site) = try storedIDs(txn, dbs, path)
         let generation = try txn.uint64(dbs.meta, key: MetaKey.schemaGeneration) ?? 0
         let schema = try loadSchema(txn, dbs, path) ?? StoreSchema()
+        if let newest = migrations.map(\.version).max(), newest > schema.version {
+            throw StoreError(.readOnly, "store \(path) has run its migrations up to version \(schema.version), and this process brings migration \(newest): read-only, its records would read in their form from before the migration; open it once for writing first (that runs the migration)")
+        }
         let (copiedFrom, preference) = try storedOrigins(txn, dbs)
         return Result(storeID: store, siteID: site, copiedFrom: copiedFrom, catalog: Catalog(schema: schema, generation: generation),
                       syncPreference: preference)
@@ -268,6 +272,14 @@ struct SchemaMerger {
 
     private func merge(_ declaration: TypeDeclaration, into context: WriteContext) throws {
         let name = declaration.name
+        if !declaration.fields.isEmpty {
+            // A default for a field the type does not decode (a misspelt name) would add a
+            // field of that name to every record for good, and leave the intended one without.
+            let declared = Set(declaration.fields.map(\.name))
+            if let stray = declaration.defaults.keys.sorted().first(where: { !declared.contains($0) }) {
+                throw StoreError(.incompatibleSchema, "store \(path): \(name).fieldDefaults names '\(stray)', a field \(name) does not decode (its fields: \(declared.sorted().joined(separator: ", "))); check the name")
+            }
+        }
         if context.catalog.schema.type(named: name) == nil {
             context.updateSchema { schema in
                 schema.types.append(TypeSchema(name: name, tag: schema.nextTypeTag, fields: [], indexes: [], localOnly: declaration.localOnly))
@@ -275,6 +287,7 @@ struct SchemaMerger {
         }
         let storedCount = try context.count(try context.layout(name).schema.tag)
         let before = try context.layout(name).schema
+        let localOnly = declaration.keepsStoredLocalOnly ? before.localOnly : declaration.localOnly
         try refuseRequiredFieldsMissingFromRecords(declaration, before, storedCount)
         // A field no stored record holds a value of may take another kind (a kind recorded
         // wrongly, such as the map an older probe gave an enum with Double raw values).
@@ -285,7 +298,7 @@ struct SchemaMerger {
         }
         try context.updateSchema { schema in
             let t = schema.types.firstIndex { $0.name == name }!
-            schema.types[t].localOnly = declaration.localOnly
+            schema.types[t].localOnly = localOnly
             for field in declaration.fields {
                 if let f = schema.types[t].fields.firstIndex(where: { $0.name == field.name }) {
                     let stored = schema.types[t].fields[f]
@@ -310,6 +323,15 @@ struct SchemaMerger {
                                                               counter: field.counter ? true : nil))
                 }
             }
+            if !declaration.fields.isEmpty {
+                // A stored field the type no longer declares is not written by it: records it
+                // writes lack the field, so it is optional from now on. Declared required
+                // again later, the check above then counts the records that lack it.
+                let declared = Set(declaration.fields.map(\.name))
+                for f in schema.types[t].fields.indices where !declared.contains(schema.types[t].fields[f].name) {
+                    schema.types[t].fields[f].optional = true
+                }
+            }
             for (fieldName, value) in declaration.defaults {
                 if let f = schema.types[t].fields.firstIndex(where: { $0.name == fieldName }) {
                     schema.types[t].fields[f].defaultValue = try storedDefault(value, of: "\(name).\(fieldName)", kind: schema.types[t].fields[f].kind)
@@ -319,7 +341,7 @@ struct SchemaMerger {
                 }
             }
         }
-        if before.localOnly && !declaration.localOnly {
+        if before.localOnly && !localOnly {
             // Synced from now on: the records it holds (and its deletes) are in history that
             // sync passed over while the type was local-only, so this open's history entry
             // lists them again. Peers' records of the type were skipped here while their

@@ -168,9 +168,19 @@ public final class Store: Sendable {
     ///   changed kind without a migration, or when an index names a key path that is not a
     ///   stored field (a computed property, a nested path, a renamed coding key);
     ///   `.uniqueViolation` when a new unique index finds duplicates; `.notAStore`; `.storage`
-    ///   for LMDB errors (permissions, disk).
+    ///   for LMDB errors (permissions, disk); `.incompatibleSchema` when two of `types` share one
+    ///   ``Record/recordType`` (two types named `Item` in different enclosing types or modules:
+    ///   the default name is the short one), whose records would mix.
     public static func open(at path: String, types: [any Record.Type] = [], options: StoreOptions = StoreOptions()) throws -> Store {
-        try open(at: path, declaration: SchemaDeclaration(types: types.map { try $0.declaration(in: path) }), options: options)
+        var named: [String: any Record.Type] = [:]
+        for type in types {
+            let name = type.recordType
+            if let other = named[name], other != type {
+                throw StoreError(.incompatibleSchema, "store \(path): \(String(reflecting: other)) and \(String(reflecting: type)) are both record type '\(name)' (the default recordType is a type's name without what encloses it), so their records would mix in one type; give one of them its own name with `static var recordType: String`")
+            }
+            named[name] = type
+        }
+        return try open(at: path, declaration: SchemaDeclaration(types: types.map { try $0.declaration(in: path) }), options: options)
     }
 
     /// Opens (or creates) the store in `path` with a schema declared as data (the command
@@ -211,7 +221,7 @@ public final class Store: Sendable {
         do { dbs = try StoreDatabases(env) }
         catch { throw StoreError(.storage, "cannot open store \(path): \(error)", underlying: error) }
         let opened = try storageErrors(env.path) {
-            if options.readOnly { return try env.read { txn in try SchemaMerger.inspect(txn, dbs, env.path) } }
+            if options.readOnly { return try env.read { txn in try SchemaMerger.inspect(txn, dbs, env.path, migrations: options.migrations) } }
             let dataFile = try env.dataFileIdentity()
             return try env.write { txn in
                 try SchemaMerger(path: env.path, txn: txn, dbs: dbs, options: options, dataFile: dataFile).run(declaration)

@@ -166,6 +166,11 @@ final class WriteContext: FieldTagResolver {
             return (tag, slot)
         }
         let type = encodingType
+        // Fields are learned from writes (an unprobed type's encode(to:), a merge): the tags
+        // of one type can run out.
+        guard (layout.schema.fields.map(\.tag).max() ?? 0) < UInt16.max else {
+            throw StoreError(.incompatibleSchema, "store \(path): \(type) has \(layout.schema.fields.count) fields, the most a type can have; a type that writes a field per key of its data should keep those keys in a dictionary field")
+        }
         // A field a migration creates: its first kind counts too, or a later record writing
         // another kind would leave both unnoticed.
         if let kind, migration?.type == type { migration?.kinds[name, default: []].insert(kind) }

@@ -12,6 +12,7 @@ struct Init: ParsableCommand {
                                {"name": "note", "kind": "string", "optional": true}],
                     "indexes": [{"fields": ["homeID"]}, {"fields": ["email"], "unique": true}]}]}
         Kinds: bool, int, double, string, bytes, uuid, date, array, map.
+        A type without "localOnly" keeps what the store has (a new type is synced).
         """)
 
     @Argument(help: "The store directory (created if missing).") var directory: String

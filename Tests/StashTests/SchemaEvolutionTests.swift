@@ -79,6 +79,58 @@ struct GarmentColorBeforeSize: Record, Equatable {
 }
 
 /// Lost a field.
+/// Encodes its optional nickname with `encode(_:forKey:)` and decodes it with
+/// `decode(String?.self, forKey:)`, as hand-written and generated `Codable` often does.
+struct GarmentWithNickname: Record, Equatable {
+    static var recordType: String { "Garment" }
+    var id = RecordID()
+    var name: String
+    var size: Int
+    var nickname: String?
+
+    init(name: String, size: Int, nickname: String?) {
+        self.name = name
+        self.size = size
+        self.nickname = nickname
+    }
+
+    enum CodingKeys: String, CodingKey { case id, name, size, nickname }
+
+    init(from decoder: any Decoder) throws {
+        let c = try decoder.container(keyedBy: CodingKeys.self)
+        id = try c.decode(RecordID.self, forKey: .id)
+        name = try c.decode(String.self, forKey: .name)
+        size = try c.decode(Int.self, forKey: .size)
+        nickname = try c.decode(String?.self, forKey: .nickname)
+    }
+
+    func encode(to encoder: any Encoder) throws {
+        var c = encoder.container(keyedBy: CodingKeys.self)
+        try c.encode(id, forKey: .id)
+        try c.encode(name, forKey: .name)
+        try c.encode(size, forKey: .size)
+        try c.encode(nickname, forKey: .nickname)
+    }
+}
+
+/// Gives a default to "colr" (for "color").
+struct GarmentWithMisspeltDefault: Record, Equatable {
+    static var recordType: String { "Garment" }
+    static var fieldDefaults: [String: FieldValue] { ["colr": .string("black")] }
+    var id = RecordID()
+    var name: String
+    var size: Int
+    var color: String?
+}
+
+/// `size` optional.
+struct GarmentWithOptionalSize: Record, Equatable {
+    static var recordType: String { "Garment" }
+    var id = RecordID()
+    var name: String
+    var size: Int?
+}
+
 struct GarmentNameOnly: Record, Equatable {
     static var recordType: String { "Garment" }
     var id = RecordID()
@@ -495,6 +547,94 @@ final class ProgressLog: Sendable {
         #expect(putError?.code == .incompatibleSchema)
         #expect(putError?.message.contains("size") == true)
         #expect(try store.count(GarmentV1.self) == 10)
+    }
+
+    /// A schema file that left `localOnly` out (to add an index, say) turned a local-only type
+    /// synced: its records were listed for sync and left the device at the next sync.
+    @Test func aSchemaFileWithoutLocalOnlyKeepsTheStoredFlag() throws {
+        let dir = TemporaryDirectory()
+        func declaration(_ json: String) throws -> SchemaDeclaration {
+            try JSONDecoder().decode(SchemaDeclaration.self, from: Data(json.utf8))
+        }
+        do {
+            let store = try Store.open(at: dir.path, declaration: try declaration(#"{"types": [{"name": "Secret", "localOnly": true, "fields": [{"name": "text", "kind": "string"}]}]}"#))
+            try store.write { tx in try tx.put(GenericRecord(type: "Secret", id: RecordID(), fields: ["text": .string("pin 1234")])) }
+        }
+        let store = try Store.open(at: dir.path, declaration: try declaration(#"{"types": [{"name": "Secret", "fields": [{"name": "text", "kind": "string"}], "indexes": [{"fields": ["text"]}]}]}"#))
+        #expect(store.schema.type(named: "Secret")?.localOnly == true)
+        #expect(try store.history().allSatisfy { $0.changes.allSatisfy { $0.type != "Secret" || $0.operation == .insert } })
+        let synced = try Store.open(at: dir.path, declaration: try declaration(#"{"types": [{"name": "Secret", "localOnly": false, "fields": [{"name": "text", "kind": "string"}]}]}"#))
+        #expect(synced.schema.type(named: "Secret")?.localOnly == false)
+    }
+
+    /// A misspelt `fieldDefaults` key added a field of that name to the stored schema for good
+    /// (shown on every record), while the field meant stayed without its default.
+    @Test func aDefaultForAFieldTheTypeDoesNotDecodeIsRefused() throws {
+        let dir = TemporaryDirectory()
+        _ = try Self.seed(dir.path, 2)
+        let error = thrownError { _ = try Store.open(at: dir.path, types: [GarmentWithMisspeltDefault.self]) } as? StoreError
+        #expect(error?.code == .incompatibleSchema && error?.message.contains("'colr'") == true, "\(String(describing: error))")
+        let store = try Store.open(at: dir.path, types: [GarmentV1.self])
+        #expect(store.schema.type(named: "Garment")?.field(named: "colr") == nil)
+    }
+
+    /// A required field the type dropped, then declared again: records written while it was
+    /// gone lack it, yet the open took the field's stored "required" for granted and every read
+    /// of such a record failed. The field turned optional when dropped, so the open counts them.
+    @Test func aRequiredFieldDroppedAndDeclaredAgainIsChecked() throws {
+        let dir = TemporaryDirectory()
+        _ = try Self.seed(dir.path, 3)
+        let slim = GarmentNameOnly(name: "slim")
+        do {
+            let store = try Store.open(at: dir.path, types: [GarmentNameOnly.self])
+            try store.insert(slim)
+        }
+        let error = thrownError { _ = try Store.open(at: dir.path, types: [GarmentV1.self]) } as? StoreError
+        #expect(error?.code == .incompatibleSchema && error?.message.contains("Garment.size") == true, "\(String(describing: error))")
+        #expect(error?.message.contains("1 of the 4") == true, "\(String(describing: error))")
+        // Optional again, or with a default, it opens and reads.
+        let store = try Store.open(at: dir.path, types: [GarmentWithOptionalSize.self])
+        #expect(try store.get(GarmentWithOptionalSize.self, id: slim.id)?.size == nil)
+    }
+
+    /// A read-only open (a widget, an extension) of a store that has not run a migration this
+    /// process brings read the records in their form from before it: an int field a migration
+    /// turns into text read as text's neighbour, or failed, one read at a time. It is refused
+    /// until an open for writing has run the migration.
+    @Test func aReadOnlyOpenBeforeAMigrationRanIsRefused() throws {
+        let dir = TemporaryDirectory()
+        let old = try Self.seed(dir.path, 3)
+        var options = StoreOptions()
+        options.migrations = [Migration(version: 1, type: "Garment") { record in
+            if case .int(let size)? = record.fields["size"] { record.fields["size"] = .string("size \(size)") }
+        }]
+        var readOnly = options
+        readOnly.readOnly = true
+        let error = thrownError { _ = try Store.open(at: dir.path, types: [GarmentSizeAsText.self], options: readOnly) } as? StoreError
+        #expect(error?.code == .readOnly && error?.message.contains("migration 1") == true, "\(String(describing: error))")
+        _ = try Store.open(at: dir.path, types: [GarmentSizeAsText.self], options: options)
+        let reader = try Store.open(at: dir.path, types: [GarmentSizeAsText.self], options: readOnly)
+        #expect(try reader.get(GarmentSizeAsText.self, id: old[1].id)?.size == "size 1")
+    }
+
+    /// A hand-written `Codable` that encodes an optional with `encode(_:forKey:)` and decodes it
+    /// with `decode(T?.self, forKey:)`: a nil is not stored, and reading the record back threw
+    /// keyNotFound; the probe took the field for a required one, so adding it was refused.
+    @Test func anOptionalDecodedAsAnOptionalTypeReadsItsNil() throws {
+        let dir = TemporaryDirectory()
+        let old = try Self.seed(dir.path, 2)
+        let store = try Store.open(at: dir.path, types: [GarmentWithNickname.self])
+        let named = GarmentWithNickname(name: "named", size: 1, nickname: "fav")
+        let unnamed = GarmentWithNickname(name: "unnamed", size: 2, nickname: nil)
+        try store.write { tx in
+            try tx.insert(named)
+            try tx.insert(unnamed)
+        }
+        #expect(try store.get(GarmentWithNickname.self, id: named.id) == named)
+        #expect(try store.get(GarmentWithNickname.self, id: unnamed.id) == unnamed)
+        #expect(try store.get(GarmentWithNickname.self, id: old[0].id)?.nickname == nil)
+        #expect(store.schema.type(named: "Garment")?.field(named: "nickname")?.optional == true)
+        #expect(try store.fetch(FetchDescriptor<GarmentWithNickname>()).count == 4)
     }
 
     /// A field's kind could not change at all: the open said to add a Migration, but the
