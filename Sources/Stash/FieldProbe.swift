@@ -22,7 +22,14 @@ enum FieldProbe {
         } catch {
             return nil
         }
-        return (probe.fields.filter { $0.name != "id" }, probe.fields.first { $0.name == "id" })
+        // A field the type asks about (`contains`, `decodeNil`) is one it reads when present:
+        // a record may lack it (an older name read instead, say).
+        let fields = probe.fields.map { field in
+            var field = field
+            if probe.askedPresence.contains(field.name) { field.optional = true }
+            return field
+        }
+        return (fields.filter { $0.name != "id" }, fields.first { $0.name == "id" })
     }
 }
 
@@ -30,6 +37,8 @@ final class ProbeDecoder: Decoder {
     var codingPath: [any CodingKey] = []
     var userInfo: [CodingUserInfoKey: Any] { [:] }
     var fields: [FieldDeclaration] = []
+    /// Keys the type asked about with `contains` or `decodeNil`.
+    var askedPresence: Set<String> = []
 
     func record(_ name: String, _ kind: FieldKind, optional: Bool, counter: Bool = false) {
         if !fields.contains(where: { $0.name == name }) {
@@ -50,8 +59,14 @@ struct ProbeKeyedDecoder<Key: CodingKey>: KeyedDecodingContainerProtocol {
     let probe: ProbeDecoder
     var codingPath: [any CodingKey] { [] }
     var allKeys: [Key] { [] }
-    func contains(_ key: Key) -> Bool { true }
-    func decodeNil(forKey key: Key) throws -> Bool { false }
+    func contains(_ key: Key) -> Bool {
+        probe.askedPresence.insert(key.stringValue)
+        return true
+    }
+    func decodeNil(forKey key: Key) throws -> Bool {
+        probe.askedPresence.insert(key.stringValue)
+        return false
+    }
 
     /// `decode(T?.self, forKey:)` declares an optional field, as `decodeIfPresent` does.
     func decode<T: Decodable>(_ type: T.Type, forKey key: Key) throws -> T {

@@ -123,6 +123,35 @@ struct GarmentWithMisspeltDefault: Record, Equatable {
     var color: String?
 }
 
+/// Renamed `name` to `title` in code: reads `title` when the record has it, `name` otherwise.
+struct GarmentRenamedInCode: Record, Equatable {
+    static var recordType: String { "Garment" }
+    var id = RecordID()
+    var title: String
+    var size: Int
+
+    init(title: String, size: Int) {
+        self.title = title
+        self.size = size
+    }
+
+    enum CodingKeys: String, CodingKey { case id, title, name, size }
+
+    init(from decoder: any Decoder) throws {
+        let c = try decoder.container(keyedBy: CodingKeys.self)
+        id = try c.decode(RecordID.self, forKey: .id)
+        title = try c.contains(.title) ? c.decode(String.self, forKey: .title) : c.decode(String.self, forKey: .name)
+        size = try c.decode(Int.self, forKey: .size)
+    }
+
+    func encode(to encoder: any Encoder) throws {
+        var c = encoder.container(keyedBy: CodingKeys.self)
+        try c.encode(id, forKey: .id)
+        try c.encode(title, forKey: .title)
+        try c.encode(size, forKey: .size)
+    }
+}
+
 /// `size` optional.
 struct GarmentWithOptionalSize: Record, Equatable {
     static var recordType: String { "Garment" }
@@ -595,6 +624,20 @@ final class ProgressLog: Sendable {
         // Optional again, or with a default, it opens and reads.
         let store = try Store.open(at: dir.path, types: [GarmentWithOptionalSize.self])
         #expect(try store.get(GarmentWithOptionalSize.self, id: slim.id)?.size == nil)
+    }
+
+    /// A rename handled in `init(from:)` (the new key when present, the old one otherwise):
+    /// the probe answered `contains` with yes and took the new field for a required one, so
+    /// the open refused it ("new and not optional") on a store with records.
+    @Test func aFieldReadOnlyWhenPresentIsOptional() throws {
+        let dir = TemporaryDirectory()
+        let old = try Self.seed(dir.path, 3)
+        let store = try Store.open(at: dir.path, types: [GarmentRenamedInCode.self])
+        #expect(store.schema.type(named: "Garment")?.field(named: "title")?.optional == true)
+        #expect(try store.get(GarmentRenamedInCode.self, id: old[2].id)?.title == "garment 2")
+        let new = GarmentRenamedInCode(title: "new", size: 1)
+        try store.insert(new)
+        #expect(try store.get(GarmentRenamedInCode.self, id: new.id) == new)
     }
 
     /// A read-only open (a widget, an extension) of a store that has not run a migration this
