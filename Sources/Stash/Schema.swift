@@ -182,6 +182,11 @@ public struct IndexDeclaration: Codable, Sendable, Equatable {
 /// ```
 /// A version that changes several types has one migration per type, all with that version;
 /// the version counts as done once all of them ran.
+///
+/// The transform may run more than once for a record: when the open's transaction is retried
+/// (the store's map grew, or the open failed and the app opens again), it starts over from the
+/// stored data. Keep it a function of the record; leave side effects (deleting the side files
+/// above, say) until the open has returned.
 public struct Migration: Sendable {
     public let version: Int
     public let type: String

@@ -175,11 +175,12 @@ struct SchemaMerger {
         options.progress?(StoreProgress(phase: phase, done: done, total: total))
     }
 
-    /// All (id, bytes) of a type, read before any of them is rewritten.
-    private func records(of type: TypeSchema) throws -> [(RecordID, [UInt8])] {
-        var result: [(RecordID, [UInt8])] = []
-        try txn.scan(dbs.records, prefix: StoreKeys.typePrefix(type.tag)) { key, value in
-            if let id = StoreKeys.id(fromRecordKey: key) { result.append((id, value)) }
+    /// The ids of a type's records, listed before any of them is rewritten: 16 bytes each,
+    /// where the records' bytes (large inline data, say) could outgrow memory.
+    private func recordIDs(of type: TypeSchema) throws -> [RecordID] {
+        var result: [RecordID] = []
+        try txn.scan(dbs.records, prefix: StoreKeys.typePrefix(type.tag)) { key, _ in
+            if let id = StoreKeys.id(fromRecordKey: key) { result.append(id) }
             return true
         }
         return result
@@ -243,11 +244,12 @@ struct SchemaMerger {
         }
         for (position, migration) in pending.enumerated() {
             if let type = context.catalog.schema.type(named: migration.type) {
-                let all = try records(of: type)
+                let all = try recordIDs(of: type)
                 let phase = "migration \(migration.version) (\(type.name))"
                 context.migration = (type.name, [:])
                 defer { context.migration = nil }
-                for (n, (id, bytes)) in all.enumerated() {
+                for (n, id) in all.enumerated() {
+                    guard let bytes = try txn.get(dbs.records, key: StoreKeys.record(type.tag, id)) else { continue }
                     let layout = try context.layout(type.name)
                     var record = try GenericRecord(decoding: context.decodeStored(bytes, type.name, id), id: id, layout: layout)
                     do { try migration.transform(&record) }
