@@ -260,6 +260,9 @@ struct SchemaMerger {
                     try context.put(newLayout, id: id, record: encoded, mode: .upsert)
                     if n % 10_000 == 0 || n == all.count - 1 { report(phase, n + 1, all.count) }
                 }
+                if let clash = try context.migratedUniqueClashes().first {
+                    throw StoreError(.uniqueViolation, "store \(path): migration \(migration.version) left \(type.name) \(clash.removed) and \(clash.kept) with one value of unique index \(clash.index); make the values unique in the migration, or relax the index (StoreOptions.relaxesUniqueIndexes) in a release before this migration's")
+                }
                 for (field, kinds) in context.migration?.kinds ?? [:] where kinds.count > 1 {
                     let names = kinds.map(\.rawValue).sorted().joined(separator: " and ")
                     throw StoreError(.incompatibleSchema, "store \(path): migration \(migration.version) left \(type.name).\(field) as both \(names); convert it in every record")

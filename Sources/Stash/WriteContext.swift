@@ -325,7 +325,8 @@ final class WriteContext: FieldTagResolver {
             try putRecord(type, id: id, key: key, new, fresh: fresh)
             try putIndexEntries(layout, id: id, new)
         } else {
-            try changeIndexEntries(layout, id: id, old: old, new: new, merging: merged != nil)
+            // A merge's or a migration's unique keys are judged once all of them are written.
+            try changeIndexEntries(layout, id: id, old: old, new: new, merging: merged != nil || migration != nil)
             try putRecord(type, id: id, key: key, new, fresh: fresh)
         }
         var tags: [UInt16] = []
@@ -604,7 +605,14 @@ final class WriteContext: FieldTagResolver {
     /// one that stays shares one of its unique values. Each record under the merged keys is
     /// read once: O(those records). Returns the records deleted.
     @discardableResult
-    func settleMergedUniqueClashes() throws -> [UniqueClash] {
+    func settleMergedUniqueClashes() throws -> [UniqueClash] { try mergedUniqueClashes(removing: true) }
+
+    /// The clashes among the unique keys a migration wrote, judged on the migrated state as
+    /// merges are (a migration that shifts every value of a unique field by one passes through
+    /// clashes record by record), none removed: the caller refuses the migration.
+    func migratedUniqueClashes() throws -> [UniqueClash] { try mergedUniqueClashes(removing: false) }
+
+    private func mergedUniqueClashes(removing: Bool) throws -> [UniqueClash] {
         guard !mergedUniqueKeys.isEmpty else { return [] }
         var candidates: [String: Set<RecordID>] = [:]
         for (key, type) in mergedUniqueKeys {
@@ -628,7 +636,7 @@ final class WriteContext: FieldTagResolver {
                 let values = try unique.map { try uniqueValue($0, layout, record) }
                 let holders = values.indices.map { position in values[position].flatMap { kept[position][$0] } }
                 if let position = holders.firstIndex(where: { $0 != nil }), let holder = holders[position] {
-                    try remove(layout, id: id)
+                    if removing { try remove(layout, id: id) }
                     settled.append(UniqueClash(type: type, removed: id, kept: holder, index: unique[position].name))
                 } else {
                     for (position, value) in values.enumerated() { if let value { kept[position][value] = id } }

@@ -152,6 +152,13 @@ struct GarmentRenamedInCode: Record, Equatable {
     }
 }
 
+/// A position that no two slots share.
+struct Slot: Record, Equatable {
+    var id = RecordID()
+    var position: Int
+    static let indexes: [RecordIndex<Slot>] = [.unique(\.position)]
+}
+
 /// `size` optional.
 struct GarmentWithOptionalSize: Record, Equatable {
     static var recordType: String { "Garment" }
@@ -638,6 +645,34 @@ final class ProgressLog: Sendable {
         let new = GarmentRenamedInCode(title: "new", size: 1)
         try store.insert(new)
         #expect(try store.get(GarmentRenamedInCode.self, id: new.id) == new)
+    }
+
+    /// A migration that shifts every value of a unique field by one passes through a clash
+    /// record by record (the record that becomes 2 while another still holds 2): the open
+    /// failed at every launch although the migrated state is unique. Unique indexes are judged
+    /// on the migrated state; a migration that does leave two records with one value is
+    /// refused, naming the migration and both records, and changes nothing.
+    @Test func aMigrationIsJudgedOnTheUniqueValuesItLeaves() throws {
+        let dir = TemporaryDirectory()
+        let slots = (1...3).map { Slot(position: $0) }
+        do {
+            let store = try Store.open(at: dir.path, types: [Slot.self])
+            try store.write { tx in for slot in slots { try tx.insert(slot) } }
+        }
+        var clashing = StoreOptions()
+        clashing.migrations = [Migration(version: 1, type: "Slot") { record in
+            if case .int(let p)? = record.fields["position"] { record.fields["position"] = .int(min(p, 2)) }
+        }]
+        let error = thrownError { _ = try Store.open(at: dir.path, types: [Slot.self], options: clashing) } as? StoreError
+        #expect(error?.code == .uniqueViolation && error?.message.contains("migration 1") == true, "\(String(describing: error))")
+        var shifting = StoreOptions()
+        shifting.migrations = [Migration(version: 1, type: "Slot") { record in
+            if case .int(let p)? = record.fields["position"] { record.fields["position"] = .int(p + 1) }
+        }]
+        let store = try Store.open(at: dir.path, types: [Slot.self], options: shifting)
+        #expect(try slots.map { try store.get(Slot.self, id: $0.id)?.position } == [2, 3, 4])
+        #expect(try store.verify().isClean)
+        #expect((thrownError { try store.insert(Slot(position: 3)) } as? StoreError)?.code == .uniqueViolation)
     }
 
     /// A read-only open (a widget, an extension) of a store that has not run a migration this
