@@ -55,7 +55,7 @@ struct SchemaMerger {
             try rebuildIndexesOfFormatOne(context)
             try txn.put(dbs.meta, key: MetaKey.format, uint64: Self.format)
         }
-        try migrate(context, declaring: Set(declaration.types.map(\.name)))
+        try migrate(context, declaring: declaration.types)
         for type in declaration.types { try merge(type, into: context) }
         try context.finish()
         let (copiedFrom, preference) = try Self.storedOrigins(txn, dbs)
@@ -224,7 +224,8 @@ struct SchemaMerger {
     ///   `.incompatibleSchema` when one names a type a store holding types neither holds nor is
     ///   opened with (a misspelt name would otherwise do nothing, and its version would count
     ///   as done).
-    private func migrate(_ context: WriteContext, declaring declared: Set<String>) throws {
+    private func migrate(_ context: WriteContext, declaring declarations: [TypeDeclaration]) throws {
+        let declared = Set(declarations.map(\.name))
         let stored = context.catalog.schema.version
         let pending = options.migrations.enumerated()
             .filter { $0.element.version > stored }
@@ -248,12 +249,20 @@ struct SchemaMerger {
                 let phase = "migration \(migration.version) (\(type.name))"
                 context.migration = (type.name, [:])
                 defer { context.migration = nil }
+                let declaredFields = declarations.first { $0.name == type.name }?.fields ?? []
                 for (n, id) in all.enumerated() {
                     guard let bytes = try txn.get(dbs.records, key: StoreKeys.record(type.tag, id)) else { continue }
                     let layout = try context.layout(type.name)
                     var record = try GenericRecord(decoding: context.decodeStored(bytes, type.name, id), id: id, layout: layout)
                     do { try migration.transform(&record) }
                     catch { throw StoreError(.incompatibleSchema, "store \(path): migration \(migration.version) failed on \(type.name) \(id): \(describe(error))") }
+                    // An int written into a field read as a double (`.int(0)` for a price) is
+                    // that number: stored as an int it would change the field's kind.
+                    for (name, value) in record.fields {
+                        guard case .int(let int) = value else { continue }
+                        let kind = declaredFields.first { $0.name == name }?.kind ?? layout.schema.field(named: name)?.kind
+                        if kind == .double { record.fields[name] = .double(Double(int)) }
+                    }
                     record.id = id
                     record.type = type.name
                     let (newLayout, encoded) = try context.encode(record)

@@ -152,6 +152,15 @@ struct GarmentRenamedInCode: Record, Equatable {
     }
 }
 
+/// Gained an optional price.
+struct GarmentOptionallyPriced: Record, Equatable {
+    static var recordType: String { "Garment" }
+    var id = RecordID()
+    var name: String
+    var size: Int
+    var price: Double?
+}
+
 /// A position that no two slots share.
 struct Slot: Record, Equatable {
     var id = RecordID()
@@ -673,6 +682,25 @@ final class ProgressLog: Sendable {
         #expect(try slots.map { try store.get(Slot.self, id: $0.id)?.position } == [2, 3, 4])
         #expect(try store.verify().isClean)
         #expect((thrownError { try store.insert(Slot(position: 3)) } as? StoreError)?.code == .uniqueViolation)
+    }
+
+    /// A migration that writes an int into a field the type reads as a double (a price set to
+    /// `.int(0)`) turned the field's kind to int, and the open then said to add a migration.
+    @Test func aMigrationWritingAnIntIntoADoubleFieldWritesTheNumber() throws {
+        let dir = TemporaryDirectory()
+        let old = try Self.seed(dir.path, 2)
+        do {
+            let store = try Store.open(at: dir.path, types: [GarmentOptionallyPriced.self])
+            try store.insert(GarmentOptionallyPriced(name: "priced", size: 1, price: 9.5))
+        }
+        var options = StoreOptions()
+        options.migrations = [Migration(version: 1, type: "Garment") { record in
+            if record.fields["price"] == nil || record.fields["price"] == .null { record.fields["price"] = .int(0) }
+        }]
+        let store = try Store.open(at: dir.path, types: [GarmentOptionallyPriced.self], options: options)
+        #expect(try store.get(GarmentOptionallyPriced.self, id: old[0].id)?.price == 0)
+        #expect(store.schema.type(named: "Garment")?.field(named: "price")?.kind == .double)
+        #expect(try store.verify().isClean)
     }
 
     /// A read-only open (a widget, an extension) of a store that has not run a migration this
