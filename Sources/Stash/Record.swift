@@ -20,6 +20,16 @@ import Synchronization
 /// - ``indexes``: secondary indexes by key path; ``RecordIndex/unique(_:)`` for unique keys.
 /// - ``isLocalOnly``: never synced.
 /// - ``fieldDefaults``: values for fields added after records were stored.
+///
+/// ## What the open checks
+/// `Store.open` learns a type's fields by decoding it from placeholder values, and checks a
+/// model change against the stored records: a new required field without a default, an
+/// optional field turned required while records lack it, a field's kind changed without a
+/// ``Migration``. A type it cannot decode that way gets none of these checks (its fields are
+/// learned from the records it writes, and a read of an older record that lacks a field then
+/// throws): an enum with a raw value that is not `CaseIterable`, an enum with associated values,
+/// or a value type whose `init(from:)` validates its input, anywhere in the type's fields.
+/// Make such enums `CaseIterable` to keep the checks.
 public protocol Record: Codable, Sendable {
     /// The stable name of the type in the store. Renaming the Swift type must keep it.
     static var recordType: String { get }
