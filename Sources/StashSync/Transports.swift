@@ -143,17 +143,31 @@ public struct RelayTransport: SyncTransport {
         try checkAvailable()
         let url = directory.appendingPathComponent("relay-id")
         if let id = readIdentity(url) { return id }
+        removeLeftoverTemporaryFiles(in: directory, alone: true)
+        let written = Data(RecordID().description.utf8)
         let temporary = directory.appendingPathComponent(AtomicFile.temporaryPrefix + UUID().uuidString)
-        try AtomicFile.write(Data(RecordID().description.utf8), to: temporary)
+        try AtomicFile.write(written, to: temporary)
         defer { unlink(temporary.path) }
         if link(temporary.path, url.path) != 0 && errno != EEXIST {
+            // A file system without hard links (FAT, exFAT, many SMB and FUSE mounts): created
+            // only if absent all the same (O_EXCL), its few bytes written right after, which a
+            // store reading it meanwhile waits for below.
             let reason = String(cString: strerror(errno))
-            throw SyncError(.transportFailed, "cannot write the id of relay \(directory.path) (\(url.path): \(reason)); changes stay pending")
+            do {
+                try written.write(to: url, options: .withoutOverwriting)
+            } catch where !FileManager.default.fileExists(atPath: url.path) {
+                throw SyncError(.transportFailed, "cannot write the id of relay \(directory.path) (\(url.path): \(reason); then: \(error)); changes stay pending")
+            } catch {
+                // Another store created it first.
+            }
         }
-        guard let id = readIdentity(url) else {
-            throw SyncError(.transportFailed, "relay \(directory.path) holds an id file that is not an id (\(url.path)); remove it, and every store sends the relay its changes again")
+        for attempt in 0..<50 {
+            if let id = readIdentity(url) { return id }
+            // Empty or short: another store is writing it (where hard links were missing).
+            guard attempt < 49, ((try? Data(contentsOf: url))?.count ?? 0) < written.count else { break }
+            usleep(10_000)
         }
-        return id
+        throw SyncError(.transportFailed, "relay \(directory.path) holds an id file that is not an id (\(url.path)); remove it, and every store sends the relay its changes again")
     }
 
     private func readIdentity(_ url: URL) -> RecordID? {
@@ -427,9 +441,13 @@ public struct RelayTransport: SyncTransport {
     /// this store's folder, its `acks` and `requests`: they count against the quota, and one in
     /// `requests` looked like a request. Only files an hour old: a write of a large snapshot
     /// to a slow container may still be under way.
-    private func removeLeftoverTemporaryFiles(in folder: URL) {
+    /// Removes the temporary files of writes a crash left over an hour ago: in a site's folder
+    /// and its `acks` and `requests`, or in `folder` `alone` (the relay's root, where the id
+    /// file is written).
+    private func removeLeftoverTemporaryFiles(in folder: URL, alone: Bool = false) {
         let cutoff = Date().addingTimeInterval(-3600)
-        for directory in [folder, folder.appendingPathComponent("acks"), folder.appendingPathComponent("requests")] {
+        let folders = alone ? [folder] : [folder, folder.appendingPathComponent("acks"), folder.appendingPathComponent("requests")]
+        for directory in folders {
             let names = (try? FileManager.default.contentsOfDirectory(atPath: directory.path)) ?? []
             for name in names where name.hasPrefix(AtomicFile.temporaryPrefix) {
                 let url = directory.appendingPathComponent(name)
