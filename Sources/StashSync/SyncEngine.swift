@@ -690,7 +690,13 @@ public final class SyncEngine: Sendable {
             var blocked = Set<RecordID>()
             // Acknowledged once the store has flushed what they cover (below).
             var consumed: [(IncomingDelta, ApplyOutcome)] = []
-            for (incoming, members) in Self.joiningRuns(try transport.incoming(for: self), join: joined) where !blocked.contains(incoming.source) {
+            // A source with parked deltas: its relay files stay unacknowledged and come again,
+            // and joined with the files after them they would park a new, larger file at every
+            // fetch. One by one, each parked one waits, and the files after it stay on the relay.
+            let parkedSources = Set(parkedDeltas().compactMap { RecordID(string: String($0.prefix(36))) })
+            let incoming = try transport.incoming(for: self)
+            let runs = Self.joiningRuns(incoming) { run in parkedSources.contains(run[0].source) ? nil : joined(run) }
+            for (incoming, members) in runs where !blocked.contains(incoming.source) {
                 let outcome: ApplyOutcome
                 do {
                     outcome = try apply(incoming.data, name: incoming.name)

@@ -491,6 +491,35 @@ import StashTestSupport
         #expect(leftovers.isEmpty, "a's delta stays on the relay: \(leftovers)")
     }
 
+    /// Through a relay, a parked delta stays unacknowledged and is offered again; joined with
+    /// the files after it, each fetch parked a new file holding the whole backlog (disk and the
+    /// upgraded open's work growing with every fetch). The source's runs are not joined while
+    /// it has parked deltas: the backlog waits on the relay, parked once.
+    @Test func aDeltaParkedFromARelayIsParkedOnce() throws {
+        let dir = TemporaryDirectory()
+        let (_, relay) = try makeRelay(dir)
+        let a = try Device.open(dir.sub("a"), family: family)
+        let b = try Device.open(dir.sub("b"), family: family, types: [Note.self])
+        try a.store.insert(Wallet())
+        try a.engine.sync(via: relay)
+        try b.engine.sync(via: relay)
+        #expect(b.engine.parkedDeltas().count == 1)
+        var notes: [Note] = []
+        for n in 0..<4 {
+            let note = Note(title: "note \(n)", body: "")
+            notes.append(note)
+            try a.store.insert(note)
+            try a.engine.sync(via: relay)
+            try b.engine.sync(via: relay)
+        }
+        #expect(b.engine.parkedDeltas().count == 1, "\(b.engine.parkedDeltas())")
+        let upgraded = try Device.open(dir.sub("b"), family: family)
+        try upgraded.engine.sync(via: relay)
+        #expect(upgraded.engine.parkedDeltas().isEmpty)
+        #expect(try upgraded.store.count(Wallet.self) == 1)
+        for note in notes { #expect(try upgraded.store.get(Note.self, id: note.id) == note) }
+    }
+
     /// Two relay directories (two cloud containers) shared one watermark: a store that sent
     /// its changes through the first sent nothing of them through the second, whose readers
     /// got them only if the store wrote again (and then found a gap). Each relay directory has
