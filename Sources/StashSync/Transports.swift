@@ -278,6 +278,10 @@ public struct RelayTransport: SyncTransport {
         let myself = engine.site.description
         for sourceFolder in sources.sorted(by: { $0.lastPathComponent < $1.lastPathComponent }) {
             guard let source = RecordID(string: sourceFolder.lastPathComponent), source != engine.site else { continue }
+            // A store of another family sharing the folder (its note says which): its files are
+            // not for this store, neither pending nor refused. Read, each was refused at every
+            // sync, which kept the store's last error set and `stash sync` exiting 1.
+            if let note = readNote(sourceFolder.appendingPathComponent("seen")), note.family != engine.family { continue }
             let received = try engine.store.read { try PeerWatermark.load(source.description, in: $0) }.receivedThrough
             // This store waits for a full snapshot of the source (a type turned synced here):
             // one that covers what it has received is wanted too, and the source lowered this

@@ -971,7 +971,12 @@ import StashTestSupport
         try a.store.insert(Note(title: "first", body: ""))
         try a.engine.sync(via: relay)
         try b.engine.sync(via: relay)
-        #expect(try !stranger.engine.sync(via: relay).refused.isEmpty)
+        // Its files are not the stranger's to read: nothing refused (a refusal at every sync
+        // kept its last error set and `stash sync` exiting 1), nothing merged.
+        let strangers = try stranger.engine.sync(via: relay)
+        #expect(strangers.refused.isEmpty, "\(strangers)")
+        #expect(try stranger.store.count(Note.self) == 0)
+        #expect(try stranger.engine.status().lastError == nil)
         func filesOfA() -> Int {
             (try? FileManager.default.contentsOfDirectory(atPath: relayURL.appendingPathComponent(a.store.siteID.description).path))?
                 .filter { $0.hasSuffix(".delta") }.count ?? 0
