@@ -172,6 +172,8 @@ public final class SyncEngine: Sendable {
         try Self.adoptSite(of: store)
         try Self.askForEverythingIfTypesTurnedSynced(store)
         guard isEnabled else { return }
+        // A crash while parking (a full snapshot, say) left its temporary file, unseen.
+        AtomicFile.removeLeftovers(in: [parkedDirectory])
         // A parked delta that still fails must not keep the store from syncing the rest: the
         // error is kept as the last error (``status(peer:)``); ``retryParked()`` throws it.
         do { try retryParked() } catch { try? store.setMetadata(Array("\(error)".utf8), for: Self.lastErrorKey) }
@@ -926,9 +928,24 @@ enum AtomicFile {
     /// How the temporary file of a write starts (it is renamed when complete).
     static let temporaryPrefix = ".tmp-"
 
+    /// Removes the temporary files in `directories` that writes a crash interrupted over an
+    /// hour ago (a write still running is younger).
+    static func removeLeftovers(in directories: [URL]) {
+        let cutoff = Date().addingTimeInterval(-3600)
+        for directory in directories {
+            let names = (try? FileManager.default.contentsOfDirectory(atPath: directory.path)) ?? []
+            for name in names where name.hasPrefix(temporaryPrefix) {
+                let url = directory.appendingPathComponent(name)
+                let modified = (try? FileManager.default.attributesOfItem(atPath: url.path)[.modificationDate]) as? Date
+                if let modified, modified < cutoff { try? FileManager.default.removeItem(at: url) }
+            }
+        }
+    }
+
     static func write(_ data: Data, to url: URL) throws {
         let directory = url.deletingLastPathComponent()
-        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        do { try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true) }
+        catch { throw SyncError(.transportFailed, "cannot create \(directory.path) (read-only, or full?): \(error.localizedDescription)") }
         let temp = directory.appendingPathComponent(temporaryPrefix + UUID().uuidString)
         guard FileManager.default.createFile(atPath: temp.path, contents: nil) else {
             throw SyncError(.transportFailed, "cannot create \(temp.path) (permissions or disk full)")

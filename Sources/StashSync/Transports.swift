@@ -270,7 +270,8 @@ public struct RelayTransport: SyncTransport {
         try checkAvailable()
         // Make this store known as a reader, so sources keep files until it has read them, and
         // note when it last read (see `staleReaderAge`).
-        try FileManager.default.createDirectory(at: folder(engine.site), withIntermediateDirectories: true)
+        do { try FileManager.default.createDirectory(at: folder(engine.site), withIntermediateDirectories: true) }
+        catch { throw SyncError(.transportFailed, "cannot create \(folder(engine.site).path) in relay \(directory.path) (read-only, or full?): \(error.localizedDescription); changes stay pending") }
         try noteRead(by: engine)
         try cleanUp(for: engine)
         let sources = try FileManager.default.contentsOfDirectory(at: directory, includingPropertiesForKeys: nil)
@@ -381,7 +382,8 @@ public struct RelayTransport: SyncTransport {
         let url = folder(engine.site).appendingPathComponent("seen")
         let now = engine.store.clock().timeIntervalSince1970
         if let note = readNote(url), note.family == engine.family, now - note.time < staleReaderAge / 30, note.time <= now { return }
-        try Data("\(now) \(engine.family)".utf8).write(to: url, options: .atomic)
+        // Through AtomicFile: its temporary file is one the clean-up knows.
+        try AtomicFile.write(Data("\(now) \(engine.family)".utf8), to: url)
     }
 
     private func readNote(_ url: URL) -> (time: TimeInterval, family: RecordID?)? {
@@ -449,16 +451,7 @@ public struct RelayTransport: SyncTransport {
     /// and its `acks` and `requests`, or in `folder` `alone` (the relay's root, where the id
     /// file is written).
     private func removeLeftoverTemporaryFiles(in folder: URL, alone: Bool = false) {
-        let cutoff = Date().addingTimeInterval(-3600)
-        let folders = alone ? [folder] : [folder, folder.appendingPathComponent("acks"), folder.appendingPathComponent("requests")]
-        for directory in folders {
-            let names = (try? FileManager.default.contentsOfDirectory(atPath: directory.path)) ?? []
-            for name in names where name.hasPrefix(AtomicFile.temporaryPrefix) {
-                let url = directory.appendingPathComponent(name)
-                let modified = (try? FileManager.default.attributesOfItem(atPath: url.path)[.modificationDate]) as? Date
-                if let modified, modified < cutoff { try? FileManager.default.removeItem(at: url) }
-            }
-        }
+        AtomicFile.removeLeftovers(in: alone ? [folder] : [folder, folder.appendingPathComponent("acks"), folder.appendingPathComponent("requests")])
     }
 
     /// The sequence an acknowledgement file (`DIR/<source>/acks/<reader>`) holds, or nil.

@@ -491,6 +491,23 @@ import StashTestSupport
         #expect(leftovers.isEmpty, "a's delta stays on the relay: \(leftovers)")
     }
 
+    /// A crash while parking a delta (a full snapshot, say) left its temporary file in
+    /// `sync-parked` for good, unseen (parked deltas are the `.delta` files). An hour-old one
+    /// goes when sync opens; a younger one may be a write still running, and stays.
+    @Test func aTemporaryFileACrashLeftInParkedDeltasGoes() throws {
+        let dir = TemporaryDirectory()
+        do { _ = try Device.open(dir.sub("b"), family: family) }
+        let parked = URL(fileURLWithPath: dir.sub("b")).appendingPathComponent("sync-parked")
+        try FileManager.default.createDirectory(at: parked, withIntermediateDirectories: true)
+        let old = parked.appendingPathComponent(".tmp-left-by-a-crash"), young = parked.appendingPathComponent(".tmp-being-written")
+        try Data(repeating: 1, count: 4096).write(to: old)
+        try Data(repeating: 2, count: 16).write(to: young)
+        try FileManager.default.setAttributes([.modificationDate: Date().addingTimeInterval(-7200)], ofItemAtPath: old.path)
+        _ = try Device.open(dir.sub("b"), family: family)
+        #expect(!FileManager.default.fileExists(atPath: old.path))
+        #expect(FileManager.default.fileExists(atPath: young.path))
+    }
+
     /// Through a relay, a parked delta stays unacknowledged and is offered again; joined with
     /// the files after it, each fetch parked a new file holding the whole backlog (disk and the
     /// upgraded open's work growing with every fetch). The source's runs are not joined while
