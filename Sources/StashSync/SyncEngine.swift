@@ -666,13 +666,30 @@ public final class SyncEngine: Sendable {
             // lets history up to it be purged.
             if !delta.hasNews { return (0, false) }
             do {
-                try transport.deliver(delta.encoded(key: key), delta: delta, from: self)
-            } catch let error as SyncError where error.code == .siteReused {
-                try store.requestNewSite()
-                throw error
+                try deliver(delta, via: transport)
+            } catch let error as SyncError where error.code == .transportFailed && delta.isFullSnapshot {
+                // A full snapshot that does not fit (the relay's quota, a full disk) must not hold
+                // back the changes every other reader waits for: those go, and the request
+                // stays for a later send (this one still fails, saying so).
+                let changes = try makeDelta(for: transport.peer, watermark: name, fullSnapshot: false)
+                guard changes.hasNews, !changes.isFullSnapshot else { throw error }
+                try deliver(changes, via: transport)
+                try acknowledge(watermark: name, through: changes.to)
+                throw SyncError(.transportFailed, "the full snapshot due (a reader asked for it, or it replaces the relay's files) did not fit (\(error.message)); the \(changes.entries.count) changes since the last send went out, and the snapshot is tried again at the next send")
             }
             try acknowledge(watermark: name, through: delta.to)
             return (delta.entries.count, delta.isFullSnapshot)
+        }
+    }
+
+    /// Delivers `delta`; a transport that finds this site's history ahead of the store (a
+    /// rollback or a clone) makes the store take a new site at its next open.
+    private func deliver(_ delta: Delta, via transport: some SyncTransport) throws {
+        do {
+            try transport.deliver(delta.encoded(key: key), delta: delta, from: self)
+        } catch let error as SyncError where error.code == .siteReused {
+            try store.requestNewSite()
+            throw error
         }
     }
 

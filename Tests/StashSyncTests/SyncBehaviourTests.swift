@@ -677,6 +677,15 @@ import StashTestSupport
     }
 
     /// A relay in a fresh temporary directory.
+    /// The bytes of the regular files in the relay at `url`, as its quota counts them.
+    private func relayBytes(_ url: URL) -> Int {
+        FileManager.default.enumerator(at: url, includingPropertiesForKeys: nil)!.compactMap { item -> Int? in
+            guard let file = item as? URL, let values = try? file.resourceValues(forKeys: [.fileSizeKey, .isRegularFileKey]),
+                  values.isRegularFile == true else { return nil }
+            return values.fileSize
+        }.reduce(0, +)
+    }
+
     private func makeRelay(_ dir: TemporaryDirectory, quotaBytes: Int? = nil) throws -> (url: URL, relay: RelayTransport) {
         let url = dir.url.appendingPathComponent("relay")
         try FileManager.default.createDirectory(at: url, withIntermediateDirectories: true)
@@ -750,11 +759,7 @@ import StashTestSupport
         try a.engine.sendChanges(via: open)
         _ = try b.engine.fetchChanges(via: open)   // acknowledges a1
         // Room for what is there and less than one more delta of that size.
-        let used = FileManager.default.enumerator(at: url, includingPropertiesForKeys: nil)!.compactMap { item -> Int? in
-            guard let file = item as? URL, let values = try? file.resourceValues(forKeys: [.fileSizeKey, .isRegularFileKey]),
-                  values.isRegularFile == true else { return nil }
-            return values.fileSize
-        }.reduce(0, +)
+        let used = relayBytes(url)
         let full = RelayTransport(directory: url, quotaBytes: used + 1000)
         try a.store.insert(Note(title: "a2", body: body))
         #expect(try a.engine.sendChanges(via: full).entries == 1)   // a1 is deleted first
@@ -768,6 +773,30 @@ import StashTestSupport
         #expect(try a.store.fetch(FetchDescriptor<Note>()).map(\.title).sorted() == ["a1", "a2", "a3", "b1"])
         let status = try a.engine.status()
         #expect(status.pendingOutgoing > 0 && status.lastError?.contains("quota") == true, "\(status)")
+    }
+
+    /// A reader's request for a full snapshot that does not fit the relay's quota made every
+    /// send of the source try the snapshot, and fail: its small changes reached no reader at
+    /// all. They go now, and the send still fails, saying the snapshot is pending.
+    @Test func aFullSnapshotThatDoesNotFitTheQuotaHoldsBackNoChanges() throws {
+        let dir = TemporaryDirectory()
+        let (url, open) = try makeRelay(dir)
+        let a = try Device.open(dir.sub("a"), family: family)
+        let b = try Device.open(dir.sub("b"), family: family)
+        let c = try Device.open(dir.sub("c"), family: family)
+        for n in 0..<20 { try a.store.insert(Note(title: "big \(n)", body: String(repeating: "x", count: 2_000))) }
+        // Rounds until every file is read and gone (b and c pass on what they received once).
+        for _ in 0..<3 { for device in [a, b, c] { try device.engine.sync(via: open) } }
+        try open.requestFullSnapshot(from: a.engine.site, for: b.engine)
+        let used = relayBytes(url)
+        let tight = RelayTransport(directory: url, quotaBytes: used + 8_000)   // a small delta fits, the snapshot (40 KB) does not
+        let small = Note(title: "small", body: "")
+        try a.store.insert(small)
+        let error = thrownError { _ = try a.engine.sync(via: tight) } as? SyncError
+        #expect(error?.code == .transportFailed && error?.message.contains("went out") == true, "\(String(describing: error))")
+        try c.engine.sync(via: tight)
+        #expect(try c.store.get(Note.self, id: small.id) == small)
+        #expect(try a.engine.status(via: tight).pendingOutgoing == 0)
     }
 
     /// A request for a full snapshot wrote into the relay whatever was missing: with the relay
