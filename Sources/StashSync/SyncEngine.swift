@@ -376,6 +376,23 @@ public final class SyncEngine: Sendable {
         try acknowledge(watermark: peer?.description ?? PeerWatermark.relaySite, through: through)
     }
 
+    /// Notes that the relay directory at `path` holds the relay `id`. When it held another one
+    /// before, that relay is gone for good: its watermark and history consumer go, or they
+    /// would hold back every purge and keep ``status(peer:)`` pending (the store sends the new
+    /// relay everything its readers may lack, once). One read when nothing changed.
+    func relayDirectory(_ path: String, holds id: RecordID) throws {
+        let key = "sync.relayDirectory." + SHA256.hash(data: Data(path.utf8)).map { String(format: "%02x", $0) }.joined()
+        let known = try store.metadata(for: key).flatMap { RecordID(string: String(decoding: $0, as: UTF8.self)) }
+        if known == id { return }
+        try store.write(author: "sync") { tx in
+            if let known {
+                try tx.setMetadata(nil, for: PeerWatermark.key(PeerWatermark.relay(known)))
+                try tx.removeHistoryConsumer("sync:\(PeerWatermark.relay(known))")
+            }
+            try tx.setMetadata(Array(id.description.utf8), for: key)
+        }
+    }
+
     /// ``acknowledge(peer:through:)`` under the watermark named `name`. A relay directory's
     /// first one takes the place of the watermark every relay shared before (it started from
     /// there): that one and its history consumer go, or they would hold back every purge.

@@ -132,7 +132,15 @@ public struct RelayTransport: SyncTransport {
     /// The relay's own name for what each store sent to it: `relay.<id>`, the id kept in the
     /// directory (``identity()``). With one watermark for every relay directory (before), a
     /// store that synced through one directory sent nothing of those changes to a second.
-    public func watermarkSite(for engine: SyncEngine) throws -> String { PeerWatermark.relay(try identity()) }
+    ///
+    /// When this directory held another id before (re-created, or a conflict copy of its id
+    /// file won), the watermark of that id goes: that relay would otherwise hold back every
+    /// purge of history and keep the store's status pending for good.
+    public func watermarkSite(for engine: SyncEngine) throws -> String {
+        let id = try identity()
+        try engine.relayDirectory(directory.standardizedFileURL.path, holds: id)
+        return PeerWatermark.relay(id)
+    }
 
     /// The relay directory's id (the file `relay-id` in it, written by the first store that
     /// syncs through it). Two stores creating it at once agree: the file is linked into

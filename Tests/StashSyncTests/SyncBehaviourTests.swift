@@ -537,6 +537,31 @@ import StashTestSupport
         for note in notes { #expect(try upgraded.store.get(Note.self, id: note.id) == note) }
     }
 
+    /// A relay directory re-created (or whose id file lost to a conflict copy) is a new relay:
+    /// the store sent it everything, but the old relay's watermark stayed, holding back every
+    /// purge of history (`.historyNeeded` naming it) and keeping the store's status pending.
+    @Test func aRelayDirectoryWithANewIdRetiresTheOldOnesWatermark() throws {
+        let dir = TemporaryDirectory()
+        let (url, relay) = try makeRelay(dir)
+        let a = try Device.open(dir.sub("a"), family: family)
+        let b = try Device.open(dir.sub("b"), family: family)
+        try a.store.insert(Note(title: "before", body: ""))
+        try a.engine.sync(via: relay)
+        let old = try relay.identity()
+        try FileManager.default.removeItem(at: url)
+        try FileManager.default.createDirectory(at: url, withIntermediateDirectories: true)
+        try a.store.insert(Note(title: "after", body: ""))
+        try a.engine.sync(via: relay)
+        try b.engine.sync(via: relay)
+        #expect(try relay.identity() != old)
+        #expect(try b.store.count(Note.self) == 2, "the new relay got everything")
+        let consumers = try a.store.historyConsumers()
+        #expect(consumers["sync:relay.\(old)"] == nil, "\(consumers)")
+        #expect(try a.engine.status().pendingOutgoing == 0)
+        let current = try a.store.read { try $0.historyBounds() }.current
+        #expect(throws: Never.self) { try a.store.purgeHistory(before: current) }
+    }
+
     /// Two relay directories (two cloud containers) shared one watermark: a store that sent
     /// its changes through the first sent nothing of them through the second, whose readers
     /// got them only if the store wrote again (and then found a gap). Each relay directory has
