@@ -452,12 +452,10 @@ public struct RelayTransport: SyncTransport {
     }
 
     /// Removes the temporary files of writes killed before their rename (``AtomicFile``) from
-    /// this store's folder, its `acks` and `requests`: they count against the quota, and one in
-    /// `requests` looked like a request. Only files an hour old: a write of a large snapshot
-    /// to a slow container may still be under way.
-    /// Removes the temporary files of writes a crash left over an hour ago: in a site's folder
-    /// and its `acks` and `requests`, or in `folder` `alone` (the relay's root, where the id
-    /// file is written).
+    /// this store's folder, its `acks` and `requests` (they count against the quota, and one in
+    /// `requests` looked like a request), or from `folder` `alone` (the relay's root, where the
+    /// id file is written). Only files an hour old: a write of a large snapshot to a slow
+    /// container may still be under way.
     private func removeLeftoverTemporaryFiles(in folder: URL, alone: Bool = false) {
         AtomicFile.removeLeftovers(in: alone ? [folder] : [folder, folder.appendingPathComponent("acks"), folder.appendingPathComponent("requests")])
     }
