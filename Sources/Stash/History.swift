@@ -296,7 +296,9 @@ extension Store {
         let behind = try consumers(txn).filter { $0.value < target && $0.value >= bounds.purgedThrough }.sorted { $0.key < $1.key }
         if !force, let (name, consumer) = behind.first {
             let done = removedSoFar == 0 ? "" : " (\(removedSoFar) entries up to \(bounds.purgedThrough) were purged before it registered)"
-            throw StoreError(.historyNeeded, "store \(path): consumer '\(name)' has read history only up to \(consumer); purging up to \(target) would lose entries it needs\(done). Purge up to \(consumer) at most, move the consumer, or force")
+            // A sync peer's consumer is named after its watermark (StashSync's `sync:<site>`).
+            let peer = name.hasPrefix("sync:") ? " (a sync peer: if it is gone for good, `SyncEngine.forget(site:)` or `stash forget-peer` lets its history go)" : ""
+            throw StoreError(.historyNeeded, "store \(path): consumer '\(name)' has read history only up to \(consumer); purging up to \(target) would lose entries it needs\(done). Purge up to \(consumer) at most, move the consumer, or force\(peer)")
         }
         var keys: [[UInt8]] = []
         var end = KeyBytes()

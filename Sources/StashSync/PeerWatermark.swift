@@ -16,6 +16,9 @@ public struct PeerWatermark: Codable, Sendable, Equatable {
     public var receivedThrough: UInt64 = 0
     public var lastSent: Date?
     public var lastReceived: Date?
+    /// When ``SyncEngine/forget(site:)`` let history go that this peer has not received;
+    /// nil while the store keeps it. Cleared when changes reach the peer again.
+    public var forgotten: Date?
 
     /// The key of the relay pseudo-peer (a broadcast medium, not a store). Before each relay
     /// directory had its own watermark, every relay shared this one.

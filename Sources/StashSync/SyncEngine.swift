@@ -407,8 +407,30 @@ public final class SyncEngine: Sendable {
             // writes under those sequence numbers from ever being sent.
             watermark.sentThrough = max(watermark.sentThrough, min(through, try tx.historyBounds().current.sequence))
             watermark.lastSent = store.clock()
+            watermark.forgotten = nil
             try watermark.save(in: tx)
             try tx.registerHistoryConsumer("sync:\(name)", at: HistoryToken(sequence: watermark.sentThrough))
+        }
+    }
+
+    /// Stops keeping history for the peer or relay directory whose watermark is named `site`
+    /// (``PeerWatermark/site``, as ``peers()`` lists them): for a device retired or lost,
+    /// whose watermark would otherwise hold back every ``Store/purgeHistory(before:force:)``
+    /// (`.historyNeeded` naming it) for good. Its watermark stays, marked
+    /// ``PeerWatermark/forgotten``: should the peer come back, its own changes still apply in
+    /// order, and it gets what it lacks (a full snapshot once the history it needs is purged),
+    /// after which this store keeps history for it again. A forgotten relay no longer counts
+    /// for ``status(peer:)`` of the relays.
+    /// - Returns: false when this store has no watermark of that name (nothing changed).
+    @discardableResult
+    public func forget(site: String) throws -> Bool {
+        try store.write(author: "sync") { tx in
+            guard try tx.metadata(for: PeerWatermark.key(site)) != nil else { return false }
+            var watermark = try PeerWatermark.load(site, in: tx)
+            if watermark.forgotten == nil { watermark.forgotten = store.clock() }
+            try watermark.save(in: tx)
+            try tx.removeHistoryConsumer("sync:\(site)")
+            return true
         }
     }
 
@@ -877,7 +899,8 @@ public final class SyncEngine: Sendable {
     // MARK: Status
 
     /// Pending changes for `peer` (nil: the relays, as far as the one furthest behind has
-    /// got; one relay directory: ``status(via:)``), last success and last error.
+    /// got, forgotten ones left out; one relay directory: ``status(via:)``), last success and
+    /// last error.
     public func status(peer: RecordID? = nil) throws -> SyncStatus {
         try Self.status(of: store, peer: peer, enabled: isEnabled)
     }
@@ -894,7 +917,9 @@ public final class SyncEngine: Sendable {
     /// store opened read-only. `enabled` is reported as given.
     public static func status(of store: Store, peer: RecordID? = nil, enabled: Bool) throws -> SyncStatus {
         if let peer { return try status(of: store, site: peer.description, enabled: enabled) }
-        let relays = try peers(of: store).filter { $0.site == PeerWatermark.relaySite || $0.site.hasPrefix(PeerWatermark.relaySite + ".") }
+        let relays = try peers(of: store).filter {
+            $0.forgotten == nil && ($0.site == PeerWatermark.relaySite || $0.site.hasPrefix(PeerWatermark.relaySite + "."))
+        }
         let behind = relays.min { $0.sentThrough < $1.sentThrough }
         return try status(of: store, site: behind?.site ?? PeerWatermark.relaySite, enabled: enabled)
     }

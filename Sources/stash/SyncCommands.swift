@@ -177,10 +177,38 @@ struct Peers: ParsableCommand {
             guard try SyncEngine.family(of: store) != nil else { return }
             for peer in try SyncEngine.peers(of: store).sorted(by: { $0.site < $1.site }) {
                 let pending = try SyncEngine.status(of: store, site: peer.site, enabled: store.syncPreferenceAtOpen).pendingOutgoing
-                printLine("peer \(peer.site): sent through \(peer.sentThrough), received through \(peer.receivedThrough), \(pending) changes pending")
+                let forgotten = peer.forgotten.map { " (forgotten \(ISO8601DateFormatter().string(from: $0)): history it lacks may be purged)" } ?? ""
+                printLine("peer \(peer.site): sent through \(peer.sentThrough), received through \(peer.receivedThrough), \(pending) changes pending\(forgotten)")
             }
             let parked = SyncEngine.parkedDeltas(of: store)
             if !parked.isEmpty { printLine("parked deltas: \(parked.joined(separator: ", "))") }
+        }
+    }
+}
+
+struct ForgetPeer: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "forget-peer",
+        abstract: "Stop keeping history for a peer or relay that is gone (a retired device).",
+        discussion: """
+            History a peer has not received is kept for it, and purging it is refused naming the peer. \
+            After this, it may be purged. Should the peer come back, its changes still apply, and it gets \
+            what it lacks (a full snapshot once that history is purged).
+            """)
+    @Argument(help: "The store directory.") var directory: String
+    @Argument(help: "The peer's name as `stash peers` lists it (a site id, or relay.<id>).") var site: String
+
+    func run() throws {
+        try runCommand {
+            let store = try openExisting(directory)
+            guard try SyncEngine.family(of: store) != nil else {
+                throw CommandFailure(message: "\(store.path) has never synced (no sync family): it has no peers to forget")
+            }
+            guard try SyncEngine(store: store).forget(site: site) else {
+                let known = try SyncEngine.peers(of: store).map(\.site).sorted()
+                throw CommandFailure(message: "\(store.path) has no peer '\(site)' (peers: \(known.isEmpty ? "none" : known.joined(separator: ", ")))")
+            }
+            printLine("forgot peer \(site): history it has not received may now be purged")
         }
     }
 }

@@ -434,6 +434,58 @@ import StashTestSupport
         #expect(try canonicalDump(a.store) == canonicalDump(b.store))
     }
 
+    /// A retired device's watermark held back every purge of history for good (`.historyNeeded`
+    /// naming it), short of forcing each purge. Forgotten, it holds back none; should the device
+    /// come back, it gets a full snapshot, its own changes still apply, and it is kept again.
+    @Test func aForgottenPeerHoldsBackNoPurgeAndCatchesUpIfItReturns() throws {
+        let dir = TemporaryDirectory()
+        let a = try Device.open(dir.sub("a"), family: family)
+        let b = try Device.open(dir.sub("b"), family: family)
+        try a.store.insert(Note(title: "first", body: "x"))
+        try a.sync(with: b)
+        for n in 0..<3 { try a.store.insert(Note(title: "later \(n)", body: "x")) }
+        let site = b.engine.site.description
+        let refused = thrownError { try a.store.purgeHistory(before: try a.store.currentToken()) }
+        #expect((refused as? StoreError)?.code == .historyNeeded, "\(String(describing: refused))")
+        #expect((refused as? StoreError)?.message.contains("forget(site:)") == true, "says how to let it go")
+
+        #expect(try a.engine.forget(site: site))
+        #expect(try a.engine.peers().first { $0.site == site }?.forgotten != nil)
+        #expect(try !a.engine.forget(site: RecordID().description), "no such peer")
+        try a.store.purgeHistory(before: try a.store.currentToken())
+
+        let mine = Note(title: "b's own", body: "")
+        try b.store.insert(mine)
+        let report = try a.sync(with: b)
+        #expect(report.resetRequired, "b lacks purged history: a full snapshot")
+        #expect(try a.store.get(Note.self, id: mine.id) == mine)
+        #expect(try canonicalDump(a.store) == canonicalDump(b.store))
+        #expect(try a.engine.peers().first { $0.site == site }?.forgotten == nil, "back: kept again")
+        try a.store.insert(Note(title: "after its return", body: ""))
+        let again = thrownError { try a.store.purgeHistory(before: try a.store.currentToken()) }
+        #expect((again as? StoreError)?.code == .historyNeeded, "\(String(describing: again))")
+    }
+
+    /// The relays' status (`status()`) answers for the relay furthest behind: a forgotten one
+    /// (a cloud container no longer used) no longer keeps it pending.
+    @Test func aForgottenRelayLeavesTheRelaysStatus() throws {
+        let dir = TemporaryDirectory()
+        let first = RelayTransport(directory: try makeRelay(dir).url)
+        let secondURL = dir.url.appendingPathComponent("second relay")
+        try FileManager.default.createDirectory(at: secondURL, withIntermediateDirectories: true)
+        let second = RelayTransport(directory: secondURL)
+        let a = try Device.open(dir.sub("a"), family: family)
+        try a.store.insert(Note(title: "through both", body: ""))
+        try a.engine.sync(via: first)
+        try a.engine.sync(via: second)
+        try a.store.insert(Note(title: "only through the second", body: ""))
+        try a.engine.sync(via: second)
+        #expect(try a.engine.status().pendingOutgoing == 1)
+        #expect(try a.engine.forget(site: try first.watermarkSite(for: a.engine)))
+        #expect(try a.engine.status().pendingOutgoing == 0)
+        #expect(try a.engine.status(via: first).pendingOutgoing == 1, "its own status still says what it lacks")
+    }
+
     @Test func relayConvergesThreeStoresAndCleansWhatEveryoneRead() throws {
         let dir = TemporaryDirectory()
         let (relayURL, relay) = try makeRelay(dir)

@@ -48,6 +48,13 @@ import StashTestSupport
         #expect(peers.status == 0)
         #expect(peers.stdout.contains("peer \(try Store.open(at: b).siteID)"))
         #expect(peers.stdout.contains("0 changes pending"))
+        let bSite = try Store.open(at: b).siteID.description
+        let forget = try stash("forget-peer", a, bSite)
+        #expect(forget.status == 0 && forget.stdout.contains("forgot peer \(bSite)"), "\(forget.stderr)")
+        #expect(try stash("peers", a).stdout.contains("pending (forgotten"))
+        let unknown = try stash("forget-peer", a, RecordID().description)
+        #expect(unknown.status != 0 && unknown.stderr.contains("peers: \(bSite)"), "\(unknown.stderr)")
+        #expect(unknown.stderr.split(separator: "\n").count == 1)
 
         // Refusals: one line, non-zero exit, nothing changed.
         let stranger = try makeStore(dir, "stranger")
