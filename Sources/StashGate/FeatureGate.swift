@@ -562,7 +562,13 @@ public final class FeatureGate: Sendable {
     /// The downgrade-safe limit rule: over any free limit ⇒ no creation at all; otherwise the
     /// limit of the created type (and parent). Each count is read once; in a read snapshot
     /// of a state already counted, the totals and largest groups come from ``countsCache``.
+    ///
+    /// - Throws: `.invalidConfiguration` for a creation without the parent a per-parent limit
+    ///   of its type counts by: decided without it, the record would go into a full parent.
     private func decideCreation<S: StoreReading>(_ action: GateAction, _ access: Access, _ reading: S) throws -> GateDecision {
+        if action.parent == nil, let rule = rules.first(where: { $0.parentField != nil && $0.matches(action) }) {
+            throw GateError(.invalidConfiguration, "gate: \(describe(action)) names no parent, but \(rule.typeName) is limited to \(rule.maximum) per \(rule.parentField ?? "parent") on the free tier; pass the parent the record goes into (.create(\(rule.typeName).self, in: parentID), or `stash gate can-create \(rule.typeName) --in ID`)")
+        }
         // The caches hold this gate's store's counts, by its history sequence: a reading of
         // another store (whose sequences mean other states) is counted afresh and not kept.
         let ownStore = reading.store === store

@@ -63,7 +63,7 @@ public enum DenialReason: Sendable, Hashable, CustomStringConvertible {
     /// Hard gate: the trial is over and there is no subscription; only the paywall is allowed.
     case hardGate
     /// The limit counts could not be read (a storage error, a record that cannot be
-    /// decoded): denied to be safe. Not a case for the paywall: ``GateDecision/error`` says
+    /// decoded, a creation without the parent its per-parent limit counts by): denied to be safe. Not a case for the paywall: ``GateDecision/error`` says
     /// what failed, and ``FeatureGate/authorize(_:in:)`` throws `.storage` with the cause.
     case checkFailed
 
@@ -127,7 +127,9 @@ public struct GateAction: Sendable, Hashable {
         hasher.combine(parent)
     }
 
-    /// Creating a record of `type`, inside `parent` for per-parent limits.
+    /// Creating a record of `type`, inside `parent` for per-parent limits. A type limited per
+    /// parent needs it: without, the check denies with ``DenialReason/checkFailed`` and
+    /// ``FeatureGate/authorize(_:in:)`` throws `.invalidConfiguration`.
     public static func create<R: Record>(_ type: R.Type, in parent: RecordID? = nil) -> GateAction {
         GateAction(kind: .create, feature: nil, typeKey: ObjectIdentifier(type), typeName: nil, parent: parent, recordType: type)
     }

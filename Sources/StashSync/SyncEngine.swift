@@ -898,9 +898,9 @@ public final class SyncEngine: Sendable {
 
     // MARK: Status
 
-    /// Pending changes for `peer` (nil: the relays, as far as the one furthest behind has
-    /// got, forgotten ones left out; one relay directory: ``status(via:)``), last success and
-    /// last error.
+    /// Pending changes for `peer` (nil: for the peer or relay furthest behind, forgotten ones
+    /// left out, every change while there is none; one relay directory: ``status(via:)``),
+    /// last success and last error.
     public func status(peer: RecordID? = nil) throws -> SyncStatus {
         try Self.status(of: store, peer: peer, enabled: isEnabled)
     }
@@ -917,11 +917,14 @@ public final class SyncEngine: Sendable {
     /// store opened read-only. `enabled` is reported as given.
     public static func status(of store: Store, peer: RecordID? = nil, enabled: Bool) throws -> SyncStatus {
         if let peer { return try status(of: store, site: peer.description, enabled: enabled) }
-        let relays = try peers(of: store).filter {
-            $0.forgotten == nil && ($0.site == PeerWatermark.relaySite || $0.site.hasPrefix(PeerWatermark.relaySite + "."))
+        // The watermarks this store sends to (not those of sources it only reads, through a
+        // relay), each with its own status: changes that came from a peer are not pending for it.
+        let statuses = try peers(of: store).filter { $0.forgotten == nil && $0.lastSent != nil }
+            .map { try status(of: store, site: $0.site, enabled: enabled) }
+        guard let behind = statuses.max(by: { $0.pendingOutgoing < $1.pendingOutgoing }) else {
+            return try status(of: store, site: PeerWatermark.relaySite, enabled: enabled)
         }
-        let behind = relays.min { $0.sentThrough < $1.sentThrough }
-        return try status(of: store, site: behind?.site ?? PeerWatermark.relaySite, enabled: enabled)
+        return behind
     }
 
     /// The status of the watermark named `site` (``PeerWatermark/site``, as ``peers(of:)``

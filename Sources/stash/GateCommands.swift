@@ -42,7 +42,7 @@ struct Gate: ParsableCommand {
 
     @Option(help: "The signed-in user id.") var user = "default"
     @Option(name: .customLong("key-file"), help: "A file of app keys (KEYID=BASE64 per line; repeatable).") var keyFiles: [String] = []
-    @Option(name: .customLong("in"), help: "can-create: the parent record id (e.g. the home).") var parent: String?
+    @Option(name: .customLong("in"), help: "can-create: the parent record id (e.g. the home); required for the per-parent limited type.") var parent: String?
     @Option(name: .customLong("home-type"), help: "The top-level limited type.") var homeType = "Home"
     @Option(name: .customLong("item-type"), help: "The per-parent limited type.") var itemType = "Item"
     @Option(name: .customLong("parent-field"), help: "The item type's parent field.") var parentField = "homeID"
@@ -185,8 +185,10 @@ struct Gate: ParsableCommand {
                 }
             }
         }
-        let decision = gate.check(.create(typeNamed: itemType))
-        printLine("creation    \(decision.isAllowed ? "allowed" : "denied: \(decision.denial!)")" + (decision.error.map { "; \($0)" } ?? ""))
+        // In a parent that holds none yet: whether creating is allowed at all (its per-parent
+        // limit needs a parent to count; `can-create --in` asks for one).
+        let decision = gate.check(.create(typeNamed: itemType, in: RecordID()))
+        printLine("creation    \(decision.isAllowed ? "allowed" : "denied: \(decision.denial!)") (of \(itemType), in a parent below its limit)" + (decision.error.map { "; \($0)" } ?? ""))
     }
 
     /// The most items one parent holds, as the gate counts them: through the index on the

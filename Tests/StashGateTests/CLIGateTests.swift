@@ -59,6 +59,10 @@ enum GateCLI {
         can = try GateCLI.run("gate", store, "can-create", "Item", "--in", homeID)
         #expect(can.status == 0)
         #expect(try GateCLI.run("gate", store, "can-create", "Item", "--in", homeID, "--max-items", "0").status == 3)
+        // Without its parent a per-parent limit cannot be counted: not "allowed".
+        let unparented = try GateCLI.run("gate", store, "can-create", "Item", "--max-items", "0")
+        #expect(unparented.status == 3 && unparented.stdout.hasPrefix("denied: checkFailed"), "\(unparented.stdout)")
+        #expect(unparented.stdout.contains("names no parent"), "\(unparented.stdout)")
 
         // A signed snapshot: premium for this user.
         let file = dir.sub("snapshot.json")

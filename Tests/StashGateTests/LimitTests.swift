@@ -27,6 +27,31 @@ import Testing
         for n in 0..<5 { #expect(f.create(Item(homeID: home, name: "pro \(n)")) == nil) }
     }
 
+    /// A creation of a per-parent limited type that named no parent skipped that limit: a
+    /// full home took one item more, after which every creation was denied as over the limit.
+    /// Refused now, by name and by type; premium still creates anywhere.
+    @Test func aCreationWithoutItsParentIsRefusedNotAllowed() throws {
+        let f = try Fixture { $0.limits = [.maxRecords(Home.self, 1), .maxRecords(Item.self, 2, per: \.homeID)] }
+        let home = try f.addHome()
+        for n in 0..<2 { #expect(f.create(Item(homeID: home, name: "item \(n)")) == nil) }
+        for action in [GateAction.create(Item.self), .create(typeNamed: "Item")] {
+            let decision = f.gate.check(action)
+            #expect(!decision.isAllowed && decision.denial == .checkFailed, "\(decision)")
+            #expect(decision.error?.contains("names no parent") == true, "\(String(describing: decision.error))")
+            let error = #expect(throws: GateError.self) {
+                try f.store.write { tx in
+                    try f.gate.authorize(action, in: tx)
+                    try tx.insert(Item(homeID: home, name: "third"))
+                }
+            }
+            #expect(error?.code == .invalidConfiguration && error?.message.contains("homeID") == true, "\(String(describing: error))")
+        }
+        #expect(try f.store.count(Item.self) == 2)
+        #expect(f.gate.check(.create(Home.self)).denial == .homeLimitReached, "types without a per-parent limit need no parent")
+        try f.gate.apply(try signed([Tx.subscription("t1", expires: 365 * day)]))
+        #expect(f.gate.check(.create(Item.self)).isAllowed, "premium: no limit to count")
+    }
+
     /// Limits given by stored name (as schema-driven code writes them) never matched a typed
     /// creation: a free user got one home more than the limit, then every creation anywhere
     /// was denied as over the limit, and the per-home limit was skipped altogether.

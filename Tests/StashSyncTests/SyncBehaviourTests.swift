@@ -466,6 +466,28 @@ import StashTestSupport
         #expect((again as? StoreError)?.code == .historyNeeded, "\(String(describing: again))")
     }
 
+    /// `status()` answered for the relays alone: a store that syncs directly (the README's
+    /// first example) never read "up to date", every change it ever made pending. It answers
+    /// for the peer furthest behind now, a direct one as well as a relay.
+    @Test func theStatusOfAStoreThatSyncsDirectlyComesUpToDate() throws {
+        let dir = TemporaryDirectory()
+        let a = try Device.open(dir.sub("a"), family: family)
+        let b = try Device.open(dir.sub("b"), family: family)
+        let c = try Device.open(dir.sub("c"), family: family)
+        try a.store.insert(Note(title: "one", body: ""))
+        #expect(try a.engine.status().pendingOutgoing == 1, "sent nowhere yet")
+        try a.sync(with: b)
+        try a.sync(with: c)
+        let status = try a.engine.status()
+        #expect(status.isUpToDate, "\(status)")
+        try b.store.insert(Note(title: "from b", body: ""))
+        try a.sync(with: b)
+        #expect(try a.engine.status().pendingOutgoing == 1, "b's note has not reached c")
+        #expect(try a.engine.status(peer: b.engine.site).isUpToDate, "b's own note is not pending for b")
+        try a.sync(with: c)
+        #expect(try a.engine.status().isUpToDate)
+    }
+
     /// The relays' status (`status()`) answers for the relay furthest behind: a forgotten one
     /// (a cloud container no longer used) no longer keeps it pending.
     @Test func aForgottenRelayLeavesTheRelaysStatus() throws {
