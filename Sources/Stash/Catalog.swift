@@ -80,6 +80,7 @@ final class Catalog: Sendable {
         guard V.indexComponentMatchesStoredForm, let index = singleFieldIndex(keyPath, type: { R.recordType }),
               index.keyMatchesStoredKind else { return nil }
         if isNaNIndexValue(value) { return 0 }   // NaN equals nothing, not the stored NaNs
+        if isUncanonicalIndexValue(value) { return nil }
         var key = StoreKeys.indexPrefix(index.typeTag, index.indexTag)
         value.appendIndexComponent(to: &key)
         return key.isLossy ? nil : try count(key)

@@ -209,10 +209,15 @@ struct PlaceholderUnkeyed: UnkeyedDecodingContainer {
     var isAtEnd: Bool { true }
     var currentIndex: Int { 0 }
     mutating func decodeNil() throws -> Bool { true }
-    mutating func decode<T: Decodable>(_ type: T.Type) throws -> T { throw ProbeFailure() }
-    mutating func nestedContainer<NestedKey: CodingKey>(keyedBy type: NestedKey.Type) throws -> KeyedDecodingContainer<NestedKey> { throw ProbeFailure() }
-    mutating func nestedUnkeyedContainer() throws -> any UnkeyedDecodingContainer { throw ProbeFailure() }
-    mutating func superDecoder() throws -> any Decoder { throw ProbeFailure() }
+    // Types that read a fixed number of elements whatever `isAtEnd` says (`Decimal`'s
+    // mantissa, `Range`'s bounds, SIMD lanes) get placeholders: throwing made every record
+    // type with such a field unprobeable, without the open's checks.
+    mutating func decode<T: Decodable>(_ type: T.Type) throws -> T { try PlaceholderValue.make(type).0 }
+    mutating func nestedContainer<NestedKey: CodingKey>(keyedBy type: NestedKey.Type) throws -> KeyedDecodingContainer<NestedKey> {
+        KeyedDecodingContainer(PlaceholderKeyed<NestedKey>())
+    }
+    mutating func nestedUnkeyedContainer() throws -> any UnkeyedDecodingContainer { PlaceholderUnkeyed() }
+    mutating func superDecoder() throws -> any Decoder { PlaceholderDecoder() }
 }
 
 struct PlaceholderSingle: SingleValueDecodingContainer {

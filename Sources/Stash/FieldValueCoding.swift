@@ -299,6 +299,16 @@ enum PrimitiveDecoding {
         default: throw mismatch(Double.self, v, path)
         }
     }
+    /// A double that is finite but beyond Float's range is refused, as JSONDecoder does,
+    /// not read as an infinity.
+    static func float(_ v: FieldValue, _ path: [any CodingKey]) throws -> Float {
+        let d = try double(v, path)
+        let f = Float(d)
+        guard f.isFinite || !d.isFinite else {
+            throw DecodingError.dataCorrupted(.init(codingPath: path, debugDescription: "\(d) does not fit in Float"))
+        }
+        return f
+    }
     static func integer<T: FixedWidthInteger>(_ type: T.Type, _ v: FieldValue, _ path: [any CodingKey]) throws -> T {
         guard case .int(let i) = v else { throw mismatch(T.self, v, path) }
         guard let value = T(exactly: i) else {
@@ -316,7 +326,7 @@ enum PrimitiveDecoding {
         case is Bool.Type: return try bool(v, path) as! T
         case is String.Type: return try string(v, path) as! T
         case is Double.Type: return try double(v, path) as! T
-        case is Float.Type: return Float(try double(v, path)) as! T
+        case is Float.Type: return try float(v, path) as! T
         case is Int.Type: return try integer(Int.self, v, path) as! T
         case is Int64.Type: return try integer(Int64.self, v, path) as! T
         case is Int32.Type: return try integer(Int32.self, v, path) as! T

@@ -42,6 +42,18 @@ func indexKeyMatchesStoredKind(_ valueType: Any.Type, _ fieldKind: FieldKind?) -
     return typed.indexComponentKind == fieldKind
 }
 
+/// True when `value` is a ``FieldValue`` array or map: their index components are their
+/// stored bytes, not a canonical form, so values `==` to it (-0.0 for 0.0, another Unicode
+/// spelling) may sit under other keys. A metatype comparison for other types.
+@inline(__always)
+func isUncanonicalIndexValue<V: IndexableValue>(_ value: V) -> Bool {
+    guard V.self == FieldValue.self else { return false }
+    switch value as! FieldValue {
+    case .array, .map: return true
+    default: return false
+    }
+}
+
 /// True when `value` is a NaN (of a `Double`, `Float`, a `Date` of NaN seconds, or an
 /// optional of them). NaN equals nothing, yet its index key equals the key of every stored
 /// NaN: counts by key must not use it. Metatype comparisons only, so other types pay next to

@@ -9,7 +9,7 @@ import StashLMDB
 ///                                        sortBy: [SortDescriptor(\.name)])
 /// descriptor.fetchLimit = 20
 /// let items = try store.fetch(descriptor)
-/// print(try store.explain(descriptor))   // Item: index homeID (homeID ==) → filter
+/// print(try store.explain(descriptor))   // Item: index homeID equality (homeID == …) → filter each candidate by the predicate
 /// ```
 /// Equality and range conjuncts on indexed fields use the index; everything else is
 /// evaluated on each candidate. The result is the same whatever plan is chosen.
@@ -238,6 +238,9 @@ enum QueryPlanner {
         case .null: return condition.op == .equal
         case .double(let d) where d.isNaN: return false
         case .date(let d) where d.timeIntervalSinceReferenceDate.isNaN: return false
+        // Arrays and maps are indexed by their bytes, not canonically: [-0.0] and [0.0], or
+        // two spellings of one text, are `==` under different keys.
+        case .array, .map: return false
         default: break
         }
         guard let fieldKind else { return true }
@@ -418,8 +421,15 @@ enum PredicateAnalyzer {
             value = evaluated
         }
         let ordered = !ordering || ordersAsStored(value)
-        if let special = specialFieldValue(value) { return (special, ordered) }
-        guard let encodable = value as? any Encodable, let field = try? FieldValue(encoding: encodable) else { return nil }
+        let field: FieldValue
+        if let special = specialFieldValue(value) {
+            field = special
+        } else {
+            guard let encodable = value as? any Encodable, let encoded = try? FieldValue(encoding: encodable) else { return nil }
+            field = encoded
+        }
+        // Arrays and maps are indexed by their bytes, not canonically (-0.0, Unicode
+        // spellings): such a constant, a `FieldValue` one too, stays in the filter.
         switch field {
         case .map, .array: return nil
         default: return (field, ordered)

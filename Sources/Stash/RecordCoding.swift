@@ -184,6 +184,12 @@ struct RecordKeyedEncoder<Key: CodingKey>: KeyedEncodingContainerProtocol {
             }
             if fieldValue == .null {
                 encoder.nilNames.append(key.stringValue)
+                // A value that is not an optional yet encodes as nil (a `FieldValue.null`, a
+                // wrapper writing `encodeNil()`) is stored as null: left out, it would read as
+                // a missing field, which such a type cannot take.
+                if !(T.self is any ExpressibleByNilLiteral.Type), !encoder.resolver.hasDefault(key.stringValue) {
+                    try encoder.field(key.stringValue, nil) { $0.null() }
+                }
                 return
             }
             try RecordEncoder.checkNesting(fieldValue, field: key.stringValue)
@@ -450,6 +456,9 @@ struct RecordKeyedDecoder<Key: CodingKey>: KeyedDecodingContainerProtocol {
     private func decode<T: Decodable>(_ type: T.Type, fromDefaultOf key: Key) throws -> T {
         guard let value = decoder.layout.defaults[key.stringValue] else {
             if let optional = T.self as? any ExpressibleByNilLiteral.Type, let none = optional.init(nilLiteral: ()) as? T { return none }
+            // A type that reads a null (a wrapper of an optional, `FieldValue`) takes it: records
+            // written before such nils were stored as null lack the field.
+            if let fromNull = try? PrimitiveDecoding.decode(type, .null, [key]) { return fromNull }
             throw missing(key)
         }
         return try PrimitiveDecoding.decode(type, value, [key])

@@ -30,13 +30,20 @@ struct SchemaMerger {
 
     static func loadSchema<T: TransactionReading>(_ txn: T, _ dbs: StoreDatabases, _ path: String) throws -> StoreSchema? {
         guard let bytes = try txn.get(dbs.meta, key: MetaKey.schema) else { return nil }
-        do { return try JSONDecoder().decode(StoreSchema.self, from: Data(bytes)) }
+        let decoder = JSONDecoder()
+        decoder.nonConformingFloatDecodingStrategy = .convertFromString(positiveInfinity: nonFinite.positive, negativeInfinity: nonFinite.negative, nan: nonFinite.nan)
+        do { return try decoder.decode(StoreSchema.self, from: Data(bytes)) }
         catch { throw StoreError(.corrupted, "store \(path): the stored schema cannot be read (\(describe(error))); it was written by a newer Stash (upgrade) or is damaged (run `stash verify \(path)`, then restore from a backup or a peer)") }
     }
+
+    /// How the stored schema's JSON spells a default of infinity or NaN (JSON has no number
+    /// for them).
+    private static let nonFinite = (positive: "+Infinity", negative: "-Infinity", nan: "NaN")
 
     static func saveSchema(_ schema: StoreSchema, generation: UInt64, _ txn: WriteTransaction, _ dbs: StoreDatabases) throws {
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys]
+        encoder.nonConformingFloatEncodingStrategy = .convertToString(positiveInfinity: nonFinite.positive, negativeInfinity: nonFinite.negative, nan: nonFinite.nan)
         try txn.put(dbs.meta, key: MetaKey.schema, value: Array(try encoder.encode(schema)))
         try txn.put(dbs.meta, key: MetaKey.schemaGeneration, uint64: generation)
     }

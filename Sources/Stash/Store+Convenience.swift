@@ -11,7 +11,8 @@ extension Store {
     public func upsert<R: Record>(_ record: R) throws { try write { try $0.upsert(record) } }
     /// Replaces an existing record in its own transaction. - Throws: `.notFound`.
     public func update<R: Record>(_ record: R) throws { try write { try $0.update(record) } }
-    /// Changes one record in its own transaction. - Throws: `.notFound`.
+    /// Changes one record in its own transaction. - Throws: `.notFound`; `.invalidValue` when
+    /// `body` changes the record's id.
     @discardableResult
     public func update<R: Record>(_ type: R.Type, id: RecordID, _ change: (inout R) throws -> Void) throws -> R {
         try write { try $0.update(type, id: id, change) }
@@ -69,15 +70,16 @@ extension Store {
     /// `mdb_cursor_count` on a cached cursor of a recycled read transaction. Strings longer
     /// than the indexed prefix (120 UTF-8 bytes) are counted exactly by checking candidates.
     /// A property the record's `encode(to:)` stores in another form than its type's (a UUID
-    /// as text, say) is compared on each decoded record: O(records of the type).
+    /// as text, say), and a ``FieldValue`` array or map (indexed by its bytes, not a canonical
+    /// form), are compared on each decoded record: O(records of the type).
     public func count<R: Record, V: IndexableValue>(_ index: IndexHandle<R, V>, equals value: V) throws -> Int {
         if isNaNIndexValue(value) { return 0 }   // NaN equals nothing, not the stored NaNs
         var key = StoreKeys.indexPrefix(index.typeTag, index.indexTag)
         value.appendIndexComponent(to: &key)
-        // A type of the app's own, a string longer than the indexed prefix, or a field stored
-        // in another form: the snapshot's count builds the key from the stored form and
-        // rechecks candidates, or reads the records.
-        if !key.isLossy && V.indexComponentMatchesStoredForm, let n = try storageErrors(path, {
+        // A type of the app's own, a string longer than the indexed prefix, a field stored in
+        // another form, or an array or map: the snapshot's count builds the key from the
+        // stored form and rechecks candidates, or reads the records.
+        if !key.isLossy && V.indexComponentMatchesStoredForm && !isUncanonicalIndexValue(value), let n = try storageErrors(path, {
             try env.read { txn -> Int? in
                 guard try index.confirm(in: try catalog(for: txn), of: self).keyMatchesStoredKind else { return nil }
                 return try txn.duplicateCount(dbs.index, key: key)
@@ -208,12 +210,12 @@ struct UncheckedKeyPath<R, V>: @unchecked Sendable {
 extension StoreReading {
     /// The number of records whose indexed field equals `value` (0 for NaN, which equals
     /// nothing). O(1), no allocation; O(records of the type) for a property the record's
-    /// `encode(to:)` stores in another form than its type's (a UUID as text, say), compared
-    /// on each decoded record.
+    /// `encode(to:)` stores in another form than its type's (a UUID as text, say), and for a
+    /// ``FieldValue`` array or map, compared on each decoded record.
     public func count<R: Record, V: IndexableValue>(_ index: IndexHandle<R, V>, equals value: V) throws -> Int {
         if isNaNIndexValue(value) { return 0 }
         let field = try index.confirm(in: reader.catalog, of: reader.store)
-        guard field.keyMatchesStoredKind else { return try countDecoding(index.keyPath.keyPath, equals: try FieldValue(encoding: value)) }
+        guard field.keyMatchesStoredKind, !isUncanonicalIndexValue(value) else { return try countDecoding(index.keyPath.keyPath, equals: try FieldValue(encoding: value)) }
         var key = StoreKeys.indexPrefix(index.typeTag, index.indexTag)
         if V.indexComponentMatchesStoredForm {
             value.appendIndexComponent(to: &key)

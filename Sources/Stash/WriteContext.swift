@@ -391,7 +391,11 @@ final class WriteContext: FieldTagResolver {
         var dropped: [UInt16] = []
         for field in new.fields where old.range(of: field.tag) == nil {
             guard let schema = layout.schema.fields.first(where: { $0.tag == field.tag }), let value = schema.defaultValue else { continue }
-            if try new.value(of: field.tag) == value { dropped.append(field.tag) }
+            // The same bytes, not only `==`: -0.0 against a default of 0.0, or another Unicode
+            // spelling of a default text, must read back as written.
+            var written = ByteWriter(capacity: field.range.count)
+            written.value(value)
+            if new.bytes[field.range].elementsEqual(written.bytes) { dropped.append(field.tag) }
         }
         return dropped.isEmpty ? new : new.removing(dropped)
     }
