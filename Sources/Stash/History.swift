@@ -7,7 +7,8 @@ import StashLMDB
 /// ```swift
 /// var token = try store.currentToken()
 /// … later …
-/// for entry in try store.history(after: token) { apply(entry) }
+/// let entries = try store.history(after: token)
+/// for entry in entries { apply(entry) }
 /// token = entries.last?.token ?? token
 /// ```
 public struct HistoryToken: Codable, Comparable, Hashable, Sendable, CustomStringConvertible {

@@ -401,7 +401,8 @@ public struct StoreTransaction: StoreReading {
         try context.put(layout, id: record.id, record: encoded, mode: .update, keepingFieldsUnknownTo: R.self)
     }
 
-    /// Reads, changes and writes back one record. - Throws: `.notFound`.
+    /// Reads, changes and writes back one record. - Throws: `.notFound`; `.invalidValue` when
+    /// `body` changes the record's id.
     @discardableResult
     public func update<R: Record>(_ type: R.Type, id: RecordID, _ change: (inout R) throws -> Void) throws -> R {
         guard var record = try get(type, id: id) else {

@@ -170,7 +170,9 @@ public final class Store: Sendable {
     ///   `.uniqueViolation` when a new unique index finds duplicates; `.notAStore`; `.storage`
     ///   for LMDB errors (permissions, disk); `.incompatibleSchema` when two of `types` share one
     ///   ``Record/recordType`` (two types named `Item` in different enclosing types or modules:
-    ///   the default name is the short one), whose records would mix.
+    ///   the default name is the short one), whose records would mix; `.readOnly` for a
+    ///   read-only open of a store that must be upgraded or migrated first, or an open for
+    ///   writing of a directory this process has open read-only.
     public static func open(at path: String, types: [any Record.Type] = [], options: StoreOptions = StoreOptions()) throws -> Store {
         var named: [String: any Record.Type] = [:]
         for type in types {
@@ -373,13 +375,21 @@ public struct StoreStatistics: Sendable, Codable {
     public let databases: [String: DatabaseStatistics]
 }
 
-/// Wraps LMDB errors into ``StoreError/Code/storage`` with the store path; lets
-/// ``StoreError`` and everything else through unchanged.
+/// Wraps LMDB errors into ``StoreError/Code/storage`` with the store path (a nested write
+/// into `.nestedWrite`, a key over LMDB's limit into `.invalidValue`: the caller's doing, not
+/// the disk's); lets ``StoreError`` and everything else through unchanged.
 func storageErrors<R>(_ path: String, _ body: () throws -> R) throws -> R {
     do {
         return try body()
     } catch let error as LMDBError {
-        throw StoreError(.storage, "store \(path): \(error)", underlying: error)
+        switch error.code {
+        case .nestedWrite:
+            throw StoreError(.nestedWrite, "store \(path): a nested write (started inside another write on this thread, it would wait for itself); do the work in the outer write's transaction", underlying: error)
+        case .keyTooLong:
+            throw StoreError(.invalidValue, "store \(path): \(error)", underlying: error)
+        default:
+            throw StoreError(.storage, "store \(path): \(error)", underlying: error)
+        }
     }
 }
 

@@ -44,6 +44,10 @@ public struct StoreError: Error, CustomStringConvertible, Sendable {
         public static let historyAhead = Code("historyAhead")
         /// LMDB failed; ``StoreError/underlying`` holds the ``LMDBError``.
         public static let storage = Code("storage")
+        /// A write was started inside another write on the same thread (it would wait for
+        /// itself): a programming error, not a storage fault. Do the work in the outer
+        /// write's transaction.
+        public static let nestedWrite = Code("nestedWrite")
         /// A write to a store opened with ``StoreOptions/readOnly``, a read-only open of a
         /// store that must be upgraded first, or an open for writing of a store this process
         /// has open read-only.

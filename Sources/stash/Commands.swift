@@ -8,9 +8,11 @@ struct Init: ParsableCommand {
         discussion: """
         The schema file lists types with fields, indexes and local-only flags:
         {"types": [{"name": "Item", "localOnly": false,
-                    "fields": [{"name": "homeID", "kind": "uuid"}, {"name": "name", "kind": "string"},
-                               {"name": "note", "kind": "string", "optional": true}],
-                    "indexes": [{"fields": ["homeID"]}, {"fields": ["email"], "unique": true}]}]}
+           "fields": [{"name": "homeID", "kind": "uuid"},
+                      {"name": "name", "kind": "string"},
+                      {"name": "note", "kind": "string", "optional": true}],
+           "indexes": [{"fields": ["homeID"]},
+                       {"fields": ["name"], "unique": true}]}]}
         Kinds: bool, int, double, string, bytes, uuid, date, array, map.
         A type without "localOnly" keeps what the store has (a new type is synced).
         """)

@@ -14,18 +14,25 @@ struct Gate: ParsableCommand {
         abstract: "Entitlements and free-tier limits: status, can-create, create, apply-snapshot.",
         discussion: """
         Verbs:
-          status                      the user's entitlement, tier, trial, sync policy, limit usage
-          can-create TYPE [--in ID]   would creating a TYPE (in parent ID) be allowed? exit 0 yes, 3 no
-          create TYPE JSON            authorize and insert in ONE write transaction (prints the id);
-                                      with --repeat N, N transactions, "{n}" in JSON replaced by 0..N-1;
-                                      exit 3 when a creation was denied
-          apply-snapshot FILE         verify a signed snapshot envelope and cache it in the store
-          demo                        run the gating story in DIR (created; two device stores inside)
+          status                    entitlement, tier, trial, sync policy, limit usage
+          can-create TYPE [--in ID] would creating a TYPE (in parent ID) be allowed?
+                                    exit 0 yes, 3 no; the per-parent limited type
+                                    needs --in
+          create TYPE JSON          authorize and insert in ONE write transaction
+                                    (prints the id); with --repeat N, N transactions,
+                                    "{n}" in JSON replaced by 0..N-1; exit 3 when a
+                                    creation was denied
+          apply-snapshot FILE       verify a signed snapshot envelope and cache it
+          demo                      the gating story in DIR (created; two device
+                                    stores inside)
+        Every verb opens the store for writing: the gate records the first launch and
+        the highest time seen (its clock guard).
 
         Keys: --key-file names a text file with one HMAC-SHA256 app key per line, as
-        KEYID=BASE64 (or a bare BASE64 key, whose id is "default"); lines starting with # are
-        ignored. Snapshot envelopes are JSON: {"keyID": …, "payload": BASE64, "signature": BASE64}.
-        Without a key file, cached snapshots cannot be verified and the user is free (reason error).
+        KEYID=BASE64 (or a bare BASE64 key, whose id is "default"); lines starting
+        with # are ignored. Snapshot envelopes are JSON:
+        {"keyID": …, "payload": BASE64, "signature": BASE64}. Without a key file,
+        cached snapshots cannot be verified and the user is free (reason error).
         """)
 
     enum Verb: String, ExpressibleByArgument, CaseIterable {

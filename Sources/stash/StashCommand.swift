@@ -110,6 +110,7 @@ func openExisting(_ directory: String, readOnly: Bool = false) throws -> Store {
         return try Store.open(at: directory, declaration: SchemaDeclaration(types: []), options: options)
     } catch let error as StoreError where readOnly && error.code == .readOnly {
         // A store in an older format can only be read once upgraded, which writes.
+        printError("stash: \(directory) is in an older format (or has a migration to run); upgrading it in place, which writes, to read it")
         options.readOnly = false
         return try Store.open(at: directory, declaration: SchemaDeclaration(types: []), options: options)
     }

@@ -45,7 +45,7 @@ struct Sync: ParsableCommand {
         """)
     @Argument(help: "The store directory.") var directory: String
     @Argument(help: "The other store directory (direct sync).") var other: String?
-    @Option(help: "A relay directory shared by the stores (stands for a cloud container).") var relay: String?
+    @Option(help: "A relay directory shared by the stores (stands for a cloud container); it must exist.") var relay: String?
     @Option(help: "The family id to adopt (a UUID), for a store that has none.") var family: String?
     @OptionGroup var options: SyncOptions
 

@@ -64,6 +64,24 @@ import StashTestSupport
         #expect(try Data(contentsOf: URL(fileURLWithPath: copy + "/data.mdb")) == before, "a looking command changed the store")
     }
 
+    /// The one exception: a store in an older format can only be read once upgraded. The
+    /// looking commands upgraded it silently, a backup included; they say so now.
+    @Test func lookingAtAStoreInAnOlderFormatSaysItUpgradesIt() throws {
+        let dir = TemporaryDirectory()
+        let store = try StashCLI.makeStore(in: dir)
+        #expect(try StashCLI.run("put", store, "Home", #"{"name": "h"}"#).status == 0)
+        do {
+            let env = try Environment.open(path: store, configuration: EnvironmentConfiguration(databases: [DatabaseSpec("meta")]))
+            let meta = try env.database("meta")
+            try env.write { txn in try txn.put(meta, key: Array("format".utf8), uint64: 1) }
+        }
+        let stat = try StashCLI.run("count", store, "Home")
+        #expect(stat.status == 0 && stat.stdout == "1\n", "\(stat.stdout) \(stat.stderr)")
+        #expect(stat.stderr.contains("older format") && stat.stderr.contains("upgrading it in place"), "\(stat.stderr)")
+        let again = try StashCLI.run("count", store, "Home")
+        #expect(again.status == 0 && again.stderr.isEmpty, "upgraded once: \(again.stderr)")
+    }
+
     @Test func nonFiniteDoublesSurviveGetDumpAndPut() throws {
         let dir = TemporaryDirectory()
         let path = try StashCLI.makeStore(in: dir, schema: #"{"types": [{"name": "Reading", "fields": [{"name": "value", "kind": "double"}]}]}"#)
