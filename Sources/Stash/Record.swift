@@ -30,6 +30,13 @@ import Synchronization
 /// throws): an enum with a raw value that is not `CaseIterable`, an enum with associated values,
 /// or a value type whose `init(from:)` validates its input, anywhere in the type's fields.
 /// Make such enums `CaseIterable` to keep the checks.
+///
+/// ## What a field holds
+/// Each stored field holds values of one kind (the first one written, or the probe's): a
+/// property whose values are of several kinds (a ``FieldValue``, a ``JSONValue``, an enum
+/// that decodes an Int or else a String) must store them as one, text say, or inside a map.
+/// A `URL` is stored as its absolute string (a relative URL loses its base, as with
+/// JSONEncoder); `Int128` and `UInt128` are not supported.
 public protocol Record: Codable, Sendable {
     /// The stable name of the type in the store. Renaming the Swift type must keep it.
     static var recordType: String { get }

@@ -161,7 +161,7 @@ final class WriteContext: FieldTagResolver {
                     }
                     return (tag, slot)
                 }
-                throw StoreError(.incompatibleSchema, "store \(path): \(encodingType).\(name) is stored as \(stored.rawValue), got \(kind.rawValue); change a field's kind with a Migration")
+                throw StoreError(.incompatibleSchema, "store \(path): \(encodingType).\(name) is stored as \(stored.rawValue), got \(kind.rawValue); change a field's kind with a Migration. A field holds one kind: a property whose values are of several kinds (a FieldValue, a JSONValue, an enum of Int or String) must store them as one (text, say, or inside a map)")
             }
             return (tag, slot)
         }
