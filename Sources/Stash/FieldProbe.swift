@@ -40,10 +40,15 @@ final class ProbeDecoder: Decoder {
     /// Keys the type asked about with `contains` or `decodeNil`.
     var askedPresence: Set<String> = []
 
-    func record(_ name: String, _ kind: FieldKind, optional: Bool, counter: Bool = false) {
+    func record(_ name: String, _ kind: FieldKind, optional: Bool, counter: Bool = false, anyKind: Bool = false) {
         if !fields.contains(where: { $0.name == name }) {
-            fields.append(FieldDeclaration(name: name, kind: kind, optional: optional, counter: counter))
+            fields.append(FieldDeclaration(name: name, kind: kind, optional: optional, counter: counter, anyKind: anyKind))
         }
+    }
+
+    /// `FieldValue` and `JSONValue` (or optionals of them) hold values of any kind.
+    static func holdsAnyKind<T>(_ type: T.Type) -> Bool {
+        T.self == FieldValue.self || T.self == JSONValue.self || T.self == FieldValue?.self || T.self == JSONValue?.self
     }
 
     func container<Key: CodingKey>(keyedBy type: Key.Type) throws -> KeyedDecodingContainer<Key> {
@@ -68,16 +73,20 @@ struct ProbeKeyedDecoder<Key: CodingKey>: KeyedDecodingContainerProtocol {
         return false
     }
 
-    /// `decode(T?.self, forKey:)` declares an optional field, as `decodeIfPresent` does.
+    /// `decode(T?.self, forKey:)` declares an optional field, as `decodeIfPresent` does, and so
+    /// does a type that reads a null (a wrapper of an optional, `FieldValue`): a record lacking
+    /// the field reads as that null.
     func decode<T: Decodable>(_ type: T.Type, forKey key: Key) throws -> T {
         let (value, kind) = try PlaceholderValue.make(type)
-        probe.record(key.stringValue, kind, optional: T.self is any ExpressibleByNilLiteral.Type, counter: T.self == Counter.self)
+        let optional = T.self is any ExpressibleByNilLiteral.Type || (try? PrimitiveDecoding.decode(type, .null, [key])) != nil
+        probe.record(key.stringValue, kind, optional: optional, counter: T.self == Counter.self,
+                     anyKind: ProbeDecoder.holdsAnyKind(T.self))
         return value
     }
 
     func decodeIfPresent<T: Decodable>(_ type: T.Type, forKey key: Key) throws -> T? {
         let (_, kind) = try PlaceholderValue.make(type)
-        probe.record(key.stringValue, kind, optional: true, counter: T.self == Counter.self)
+        probe.record(key.stringValue, kind, optional: true, counter: T.self == Counter.self, anyKind: ProbeDecoder.holdsAnyKind(T.self))
         return nil
     }
     func decodeIfPresent(_ type: Bool.Type, forKey key: Key) throws -> Bool? { try optional(type, key) }
@@ -136,6 +145,9 @@ enum PlaceholderValue {
         case is UUID.Type: return (UUID(uuid: (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1)) as! T, .uuid)   // fixed: a probe decodes twice and compares
         case is RecordID.Type: return (RecordID(high: 0, low: 0) as! T, .uuid)
         case is URL.Type: return (URL(fileURLWithPath: "/") as! T, .string)
+        // Any kind (``ProbeDecoder/holdsAnyKind(_:)``); the kind given is not used.
+        case is FieldValue.Type: return (FieldValue.null as! T, .map)
+        case is JSONValue.Type: return (JSONValue.null as! T, .map)
         default: break
         }
         // `decode(T?.self, forKey:)`: nil, of the wrapped type's kind.

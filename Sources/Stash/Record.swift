@@ -32,9 +32,10 @@ import Synchronization
 /// Make such enums `CaseIterable` to keep the checks.
 ///
 /// ## What a field holds
-/// Each stored field holds values of one kind (the first one written, or the probe's): a
-/// property whose values are of several kinds (a ``FieldValue``, a ``JSONValue``, an enum
-/// that decodes an Int or else a String) must store them as one, text say, or inside a map.
+/// Each stored field holds values of one kind (the first one written, or the probe's), except
+/// a ``FieldValue`` or ``JSONValue`` property, which holds any. Another property whose values
+/// are of several kinds (an enum that decodes an Int or else a String) must store them as
+/// one, text say, or inside a map.
 /// A `URL` is stored as its absolute string (a relative URL loses its base, as with
 /// JSONEncoder); `Int128` and `UInt128` are not supported.
 public protocol Record: Codable, Sendable {

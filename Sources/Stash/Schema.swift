@@ -53,6 +53,9 @@ public struct FieldSchema: Codable, Sendable, Equatable {
     public var defaultValue: FieldValue?
     /// A ``Counter`` field: replicas merge it by per-site totals instead of last-writer-wins.
     public var counter: Bool?
+    /// A field whose values are of any kind (a ``FieldValue`` or ``JSONValue`` property):
+    /// ``kind`` stays nil and no write is refused for its kind.
+    public var anyKind: Bool?
 }
 
 /// One secondary index of a stored type: the fields it orders by, and whether it is unique.
@@ -117,17 +120,22 @@ public struct TypeDeclaration: Codable, Sendable {
 
 public struct FieldDeclaration: Codable, Sendable, Equatable {
     public var name: String
+    /// The kind of the field's values (ignored when ``anyKind``).
     public var kind: FieldKind
     public var optional: Bool
     /// A ``Counter`` (kind `map`) that replicas merge by per-site totals. In a schema file,
     /// `"kind": "counter"` declares one.
     public var counter: Bool
+    /// Values of any kind (a ``FieldValue`` or ``JSONValue`` property). In a schema file,
+    /// `"kind": "any"` declares one.
+    public var anyKind: Bool
 
-    public init(name: String, kind: FieldKind, optional: Bool = false, counter: Bool = false) {
+    public init(name: String, kind: FieldKind, optional: Bool = false, counter: Bool = false, anyKind: Bool = false) {
         self.name = name
         self.kind = kind
         self.optional = optional
         self.counter = counter
+        self.anyKind = anyKind
     }
 
     enum CodingKeys: String, CodingKey { case name, kind, optional, counter }
@@ -135,18 +143,30 @@ public struct FieldDeclaration: Codable, Sendable, Equatable {
         let c = try decoder.container(keyedBy: CodingKeys.self)
         name = try c.decode(String.self, forKey: .name)
         let kindName = try c.decode(String.self, forKey: .kind)
+        anyKind = kindName == "any"
         if kindName == "counter" {
             kind = .map
             counter = true
+        } else if anyKind {
+            kind = .map
+            counter = false
         } else {
             guard let parsed = FieldKind(rawValue: kindName) else {
                 throw DecodingError.dataCorruptedError(forKey: .kind, in: c, debugDescription:
-                    "unknown kind '\(kindName)' for field '\(name)' (kinds: \(FieldKind.allCases.map(\.rawValue).joined(separator: ", ")), counter)")
+                    "unknown kind '\(kindName)' for field '\(name)' (kinds: \(FieldKind.allCases.map(\.rawValue).joined(separator: ", ")), counter, any)")
             }
             kind = parsed
             counter = try c.decodeIfPresent(Bool.self, forKey: .counter) ?? false
         }
         optional = try c.decodeIfPresent(Bool.self, forKey: .optional) ?? false
+    }
+
+    /// As a schema file spells it.
+    public func encode(to encoder: any Encoder) throws {
+        var c = encoder.container(keyedBy: CodingKeys.self)
+        try c.encode(name, forKey: .name)
+        try c.encode(anyKind ? "any" : counter ? "counter" : kind.rawValue, forKey: .kind)
+        if optional { try c.encode(true, forKey: .optional) }
     }
 }
 

@@ -313,8 +313,16 @@ struct SchemaMerger {
         // A field no stored record holds a value of may take another kind (a kind recorded
         // wrongly, such as the map an older probe gave an enum with Double raw values).
         var unheld = Set<String>()
-        for field in declaration.fields {
-            guard let old = before.fields.first(where: { $0.name == field.name }), let kind = old.kind, kind != field.kind else { continue }
+        for field in declaration.fields where !field.anyKind {
+            guard let old = before.fields.first(where: { $0.name == field.name }) else { continue }
+            if old.anyKind == true {
+                // Values of any kind, declared of one now: the stored ones may be of others.
+                if try storedCount > 0 && anyRecordHolds(old.tag, of: before) {
+                    throw StoreError(.incompatibleSchema, "store \(path): \(name).\(field.name) holds values of any kind (it was a FieldValue or JSONValue) but is declared \(field.kind.rawValue) now; declare it as before, or store the values under a new field name (a Migration can move them)")
+                }
+                continue
+            }
+            guard let kind = old.kind, kind != field.kind else { continue }
             if try storedCount == 0 || !anyRecordHolds(old.tag, of: before) { unheld.insert(field.name) }
         }
         try context.updateSchema { schema in
@@ -323,6 +331,15 @@ struct SchemaMerger {
             for field in declaration.fields {
                 if let f = schema.types[t].fields.firstIndex(where: { $0.name == field.name }) {
                     let stored = schema.types[t].fields[f]
+                    if field.anyKind {
+                        // Whatever kind the values stored so far have, the field takes any now.
+                        schema.types[t].fields[f].kind = nil
+                        schema.types[t].fields[f].anyKind = true
+                        schema.types[t].fields[f].optional = field.optional
+                        schema.types[t].fields[f].counter = nil
+                        continue
+                    }
+                    schema.types[t].fields[f].anyKind = nil
                     if let kind = stored.kind, kind != field.kind, !unheld.contains(field.name) {
                         throw StoreError(.incompatibleSchema, "store \(path): \(name).\(field.name) is stored as \(kind.rawValue) but declared \(field.kind.rawValue); add a Migration (version \(schema.version + 1)) that converts it")
                     }
@@ -340,8 +357,9 @@ struct SchemaMerger {
                         throw StoreError(.incompatibleSchema, "store \(path): \(name).\(field.name) is new and not optional, but \(storedCount) stored \(name) records lack it; make it optional or set \(name).fieldDefaults[\"\(field.name)\"]")
                     }
                     let tag = schema.types[t].nextFieldTag
-                    schema.types[t].fields.append(FieldSchema(name: field.name, tag: tag, kind: field.kind, optional: field.optional,
-                                                              counter: field.counter ? true : nil))
+                    schema.types[t].fields.append(FieldSchema(name: field.name, tag: tag, kind: field.anyKind ? nil : field.kind,
+                                                              optional: field.optional, counter: field.counter ? true : nil,
+                                                              anyKind: field.anyKind ? true : nil))
                 }
             }
             if !declaration.fields.isEmpty {

@@ -148,6 +148,8 @@ final class WriteContext: FieldTagResolver {
         let layout = try currentEncodingLayout()
         if let slot = layout.slot(of: name, hint: hint) {
             let tag = layout.tags[slot]
+            // A field of any kind (a FieldValue, a JSONValue) keeps no kind.
+            if layout.schema.fields[slot].anyKind == true { return (tag, slot) }
             if let kind, migration?.type == encodingType { migration?.kinds[name, default: []].insert(kind) }
             if let kind, layout.kinds[slot] != kind {
                 // A migration of the type rewrites every record of it: the field takes the kind
@@ -161,7 +163,7 @@ final class WriteContext: FieldTagResolver {
                     }
                     return (tag, slot)
                 }
-                throw StoreError(.incompatibleSchema, "store \(path): \(encodingType).\(name) is stored as \(stored.rawValue), got \(kind.rawValue); change a field's kind with a Migration. A field holds one kind: a property whose values are of several kinds (a FieldValue, a JSONValue, an enum of Int or String) must store them as one (text, say, or inside a map)")
+                throw StoreError(.incompatibleSchema, "store \(path): \(encodingType).\(name) is stored as \(stored.rawValue), got \(kind.rawValue); change a field's kind with a Migration. A field holds one kind: a property whose values are of several kinds (an enum of Int or String, say) must store them as one (text, or inside a map), or be a FieldValue or JSONValue")
             }
             return (tag, slot)
         }

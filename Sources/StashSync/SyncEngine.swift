@@ -977,7 +977,7 @@ enum SchemaFingerprint {
             for field in type.fields.sorted(by: { $0.name < $1.name }) {
                 // Optionality and a default's presence too: they decide whether a record that
                 // lacks the field can be read (``SyncEngine/incompatibility(_:in:)``).
-                text += "\(field.name):\(field.kind?.rawValue ?? "?")\(field.counter == true ? "+" : "")\(field.optional ? "?" : "")\(field.defaultValue != nil ? "=" : ""),"
+                text += "\(field.name):\(field.kind?.rawValue ?? "?")\(field.counter == true ? "+" : "")\(field.anyKind == true ? "*" : "")\(field.optional ? "?" : "")\(field.defaultValue != nil ? "=" : ""),"
             }
             text += "}"
         }

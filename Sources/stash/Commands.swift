@@ -13,7 +13,8 @@ struct Init: ParsableCommand {
                       {"name": "note", "kind": "string", "optional": true}],
            "indexes": [{"fields": ["homeID"]},
                        {"fields": ["name"], "unique": true}]}]}
-        Kinds: bool, int, double, string, bytes, uuid, date, array, map.
+        Kinds: bool, int, double, string, bytes, uuid, date, array, map; counter (a
+        map merged per site); any (values of every kind, a FieldValue or JSONValue).
         A type without "localOnly" keeps what the store has (a new type is synced).
         """)
 

@@ -434,6 +434,26 @@ import StashTestSupport
         #expect(try canonicalDump(a.store) == canonicalDump(b.store))
     }
 
+    /// A `JSONValue` field holds any kind on every replica: one device's object and another's
+    /// number for the same field merge (last writer wins), and the deltas fit each other's schema.
+    @Test func aFieldOfAnyKindSyncsWhateverKindEachDeviceWrites() throws {
+        let dir = TemporaryDirectory()
+        let a = try Device.open(dir.sub("a"), family: family, types: syncTypes + [Setting.self])
+        let b = try Device.open(dir.sub("b"), family: family, types: syncTypes + [Setting.self])
+        let setting = Setting(value: .object(["theme": .string("dark")]))
+        try a.store.insert(setting)
+        try a.sync(with: b)
+        #expect(try b.store.get(Setting.self, id: setting.id) == setting)
+        try b.store.update(Setting.self, id: setting.id) { $0.value = .int(7) }
+        try b.sync(with: a)
+        #expect(try a.store.get(Setting.self, id: setting.id)?.value == .int(7))
+        try a.store.insert(Setting(value: .array([.bool(true), .null])))
+        let report = try a.sync(with: b)
+        #expect(report.parked.isEmpty && report.refused.isEmpty, "\(report)")
+        #expect(try canonicalDump(a.store, types: ["Setting"]) == canonicalDump(b.store, types: ["Setting"]))
+        #expect(try b.store.count(Setting.self) == 2)
+    }
+
     /// A retired device's watermark held back every purge of history for good (`.historyNeeded`
     /// naming it), short of forcing each purge. Forgotten, it holds back none; should the device
     /// come back, it gets a full snapshot, its own changes still apply, and it is kept again.

@@ -58,6 +58,12 @@ struct UserProfile: Record, Equatable {
     static let indexes: [RecordIndex<UserProfile>] = [.unique(\.kind)]
 }
 
+/// A setting whose value is any JSON.
+struct Setting: Record, Equatable {
+    var id = RecordID()
+    var value: JSONValue
+}
+
 /// Never leaves the device.
 struct DeviceSecret: Record, Equatable {
     var id = RecordID()

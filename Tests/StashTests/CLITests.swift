@@ -64,6 +64,18 @@ import StashTestSupport
         #expect(try Data(contentsOf: URL(fileURLWithPath: copy + "/data.mdb")) == before, "a looking command changed the store")
     }
 
+    /// A schema file's `"kind": "any"` field takes values of every kind.
+    @Test func aFieldOfAnyKindFromASchemaFile() throws {
+        let dir = TemporaryDirectory()
+        let store = try StashCLI.makeStore(in: dir, schema: #"{"types": [{"name": "Setting", "fields": [{"name": "value", "kind": "any"}]}]}"#)
+        for json in [#"{"value": "dark"}"#, #"{"value": 3}"#, #"{"value": {"a": [true]}}"#] {
+            let put = try StashCLI.run("put", store, "Setting", json)
+            #expect(put.status == 0, "\(json): \(put.stderr)")
+        }
+        let dump = try StashCLI.run("dump", store, "Setting")
+        #expect(dump.status == 0 && dump.stdout.split(separator: "\n").count == 3, "\(dump.stdout) \(dump.stderr)")
+    }
+
     /// The one exception: a store in an older format can only be read once upgraded. The
     /// looking commands upgraded it silently, a backup included; they say so now.
     @Test func lookingAtAStoreInAnOlderFormatSaysItUpgradesIt() throws {

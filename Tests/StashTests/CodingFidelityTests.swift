@@ -205,3 +205,72 @@ private struct InvoiceWithPayee: Record, Equatable {
         #expect(try store.get(Invoice.self, id: invoice.id) == invoice)
     }
 }
+
+private struct Preferences: Record, Equatable {
+    var id = RecordID()
+    var label: String
+    var meta: JSONValue
+    var extra: FieldValue?
+    static let indexes: [RecordIndex<Preferences>] = [.index(\.extra)]
+}
+
+/// `Preferences` as an older version stored it: `extra` a string.
+private struct PreferencesWithText: Record, Equatable {
+    static var recordType: String { "Preferences" }
+    var id = RecordID()
+    var label: String
+    var meta: JSONValue
+    var extra: String?
+}
+
+/// A `JSONValue` property was taken for a bool (the first kind its decoder tries) and every
+/// other value was refused; a `FieldValue` one made its type unprobeable and took the kind of
+/// its first value for good. Both hold any kind now.
+@Suite struct AnyKindFieldTests {
+    static let metas: [JSONValue] = [.string("dark"), .int(3), .bool(true), .null, .double(0.5),
+                                     .array([.int(1), .string("x")]), .object(["a": .object(["b": .null])])]
+    // (An optional holding `.null` reads back as nil, as with JSONEncoder.)
+    static let extras: [FieldValue?] = [.int(1), .string("one"), nil, .double(1), .map(["k": .bool(false)]), .int(1), .bytes(Data([0, 1]))]
+
+    @Test func jsonAndFieldValuePropertiesHoldEveryKind() throws {
+        let dir = TemporaryDirectory()
+        let records = zip(Self.metas, Self.extras).enumerated().map { Preferences(label: "p\($0.offset)", meta: $0.element.0, extra: $0.element.1) }
+        do {
+            let store = try Store.open(at: dir.path, types: [Preferences.self])
+            for record in records { try store.insert(record) }
+            for record in records {
+                let read = try store.get(Preferences.self, id: record.id)
+                #expect(read == record, "\(String(describing: read)) != \(record)")
+            }
+            let schema = try #require(store.schema.type(named: "Preferences"))
+            #expect(schema.field(named: "meta")?.anyKind == true && schema.field(named: "meta")?.kind == nil)
+        }
+        let store = try Store.open(at: dir.path, types: [Preferences.self])
+        #expect(Set(try store.fetch(FetchDescriptor<Preferences>()).map(\.id)) == Set(records.map(\.id)))
+        for record in records { #expect(try store.get(Preferences.self, id: record.id) == record) }
+        // Indexed counts by value, whatever the kinds beside it.
+        let one: FieldValue? = .int(1)
+        #expect(try store.count(Preferences.self, where: \.extra, equals: one) == 2)
+        #expect(try store.fetchCount(FetchDescriptor<Preferences>(predicate: #Predicate { $0.extra == one })) == 2)
+        #expect(try store.verify().isClean)
+    }
+
+    /// A field stored as text, declared a FieldValue now, reads its texts and takes any kind.
+    @Test func aTypedFieldTurnedFieldValueTakesAnyKind() throws {
+        let dir = TemporaryDirectory()
+        let old = PreferencesWithText(label: "old", meta: .null, extra: "text")
+        do {
+            let store = try Store.open(at: dir.path, types: [PreferencesWithText.self])
+            try store.insert(old)
+        }
+        do {
+            let store = try Store.open(at: dir.path, types: [Preferences.self])
+            #expect(try store.get(Preferences.self, id: old.id)?.extra == .string("text"))
+            try store.insert(Preferences(label: "new", meta: .int(2), extra: .int(2)))
+            #expect(try store.count(Preferences.self) == 2)
+        }
+        // Back to a text field: the stored values may be of any kind, so it is refused.
+        let error = #expect(throws: StoreError.self) { try Store.open(at: dir.path, types: [PreferencesWithText.self]) }
+        #expect(error?.code == .incompatibleSchema && error?.message.contains("any kind") == true, "\(String(describing: error))")
+    }
+}
