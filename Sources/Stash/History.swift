@@ -14,6 +14,7 @@ import StashLMDB
 public struct HistoryToken: Codable, Comparable, Hashable, Sendable, CustomStringConvertible {
     /// The sequence number of the last entry covered (0: before the first entry).
     public let sequence: UInt64
+    /// The token covering entries up to `sequence` (a token kept as its number).
     public init(sequence: UInt64) { self.sequence = sequence }
     /// Before every entry.
     public static let beginning = HistoryToken(sequence: 0)
@@ -39,23 +40,34 @@ public struct HistoryPage: Sendable {
 public struct HistoryEntry: Sendable, Equatable {
     /// Strictly increasing per store, never reused.
     public let sequence: UInt64
+    /// This store's clock (``StoreOptions/clock``) when the transaction was written, a
+    /// replicated one included: for display. A wall clock may go back: order by ``sequence``.
     public let timestamp: Date
     /// The site whose write produced these changes.
     public let origin: RecordID
     /// The transaction author (`"app"`, `"sync"`, `"import"`, …) if one was given.
     public let author: String?
+    /// The records the transaction changed, in the order written (a record written twice in
+    /// it appears twice). With a type filter, only the changes of those types.
     public let changes: [HistoryChange]
 
+    /// The token covering history through this entry: reading history after it starts with
+    /// the next entry.
     public var token: HistoryToken { HistoryToken(sequence: sequence) }
 }
 
 /// One record changed by a transaction.
 public struct HistoryChange: Sendable, Equatable {
+    /// What the write did to the record: `insert` (it did not exist: new, or stored again
+    /// after a delete), `update` (it existed and was changed) or `delete`.
     public enum Operation: UInt8, Sendable, Codable {
         case insert = 1, update = 2, delete = 3
     }
+    /// The stored type name (`#<tag>` for a type tag the schema does not know).
     public let type: String
+    /// The changed record's id.
     public let id: RecordID
+    /// Whether the record was inserted, updated or deleted.
     public let operation: Operation
     /// Names of the fields written (all fields for an insert, none for a delete).
     public let fields: [String]
@@ -345,6 +357,7 @@ extension StoreTransaction {
 
 /// What ``Store/purgeHistory(before:force:)`` did.
 public struct HistoryPurgeReport: Sendable, CustomStringConvertible {
+    /// History entries deleted by this purge.
     public let removedEntries: Int
     /// History is now readable only after this token.
     public let purgedThrough: HistoryToken

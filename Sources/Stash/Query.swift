@@ -14,17 +14,31 @@ import StashLMDB
 /// Equality and range conjuncts on indexed fields use the index; everything else is
 /// evaluated on each candidate. The result is the same whatever plan is chosen.
 public struct FetchDescriptor<R: Record>: @unchecked Sendable {
+    /// The records to fetch; nil for every record of the type. It is evaluated on each
+    /// decoded candidate, whatever part of it an index answers; a predicate that throws makes
+    /// the fetch throw `.invalidValue`.
     public var predicate: Predicate<R>? {
         didSet { expression = predicate?.expression }
     }
+    /// The order of the result, compared on the decoded records in memory (no index gives
+    /// an order): every match is read and sorted, O(m log m) for m matches. Records that sort
+    /// equal come in id order. Empty (the default): the plan's order, index or id order.
     public var sortBy: [SortDescriptor<R>]
+    /// At most this many records, counted after ``fetchOffset``; nil (the default) for all.
+    /// Without ``sortBy`` the fetch stops reading once it has them. Negative: the fetch
+    /// throws `.invalidValue`. ``Store/fetchCount(_:)`` ignores it.
     public var fetchLimit: Int?
+    /// How many of the matching records to skip, applied after sorting (without ``sortBy``,
+    /// in the plan's order), before ``fetchLimit``; nil (the default) for none. Negative: the
+    /// fetch throws `.invalidValue`. ``Store/fetchCount(_:)`` ignores it.
     public var fetchOffset: Int?
     /// The predicate's expression, kept apart: copying a `Predicate` out of the descriptor
     /// costs runtime lookups for its variadic generic type (hundreds of instructions), and a
     /// count by key reads only the expression.
     @usableFromInline var expression: (any StandardPredicateExpression<Bool>)?
 
+    /// A descriptor of the records matching `predicate` (nil: all), in `sortBy` order, with
+    /// no limit or offset.
     @inlinable
     public init(predicate: Predicate<R>? = nil, sortBy: [SortDescriptor<R>] = []) {
         // Moved, not copied: the predicate is taken apart once and stored.

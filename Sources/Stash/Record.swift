@@ -41,7 +41,15 @@ import Synchronization
 public protocol Record: Codable, Sendable {
     /// The stable name of the type in the store. Renaming the Swift type must keep it.
     static var recordType: String { get }
+    /// The record's identity and the key it is stored under (unique within its type; not a
+    /// stored field). The type must decode it from the coding key `id`: `Store.open` throws
+    /// `.incompatibleSchema` for a type that decodes another kind there, or never decodes it.
     var id: RecordID { get }
+    /// The type's secondary indexes (default: none), merged into the store's schema at open:
+    /// a new index is built from the stored records then; one no longer listed stays unless
+    /// ``StoreOptions/dropsUndeclaredIndexes``. Every write keeps each index exact in its
+    /// transaction. `Store.open` throws `.incompatibleSchema` for an index on a computed
+    /// property, a nested path or a property stored under another coding key.
     static var indexes: [RecordIndex<Self>] { get }
     /// Records of a local-only type stay on this device.
     static var isLocalOnly: Bool { get }
@@ -60,7 +68,9 @@ extension Record {
 public struct RecordIndex<R: Record>: @unchecked Sendable {
     /// The key paths in key order (stored as immutable key path objects).
     public let keyPaths: [PartialKeyPath<R>]
+    /// The stored field names of ``keyPaths``, in key order (`\Item.homeID` → `homeID`).
     public let fields: [String]
+    /// Whether two records may not hold the same values (see ``unique(_:)``).
     public let unique: Bool
 
     init(_ keyPaths: [PartialKeyPath<R>], unique: Bool) {
@@ -69,10 +79,18 @@ public struct RecordIndex<R: Record>: @unchecked Sendable {
         self.unique = unique
     }
 
+    /// A plain index on one field: `count(_:where:equals:)` and ``IndexHandle`` counts in
+    /// O(1), and fetches answer `==` and range conditions on the field through it. A write
+    /// that changes the record's key in it moves its entry in the same transaction, O(log n).
     public static func index<A: IndexableValue>(_ a: KeyPath<R, A>) -> Self { Self([a], unique: false) }
+    /// A composite index keyed by `a`, then `b` (named after its fields, `"homeID+name"`):
+    /// fetches use it for equality on `a` or on both, and for a range on `a`, or on `b` after
+    /// equality on `a`.
     public static func index<A: IndexableValue, B: IndexableValue>(_ a: KeyPath<R, A>, _ b: KeyPath<R, B>) -> Self {
         Self([a, b], unique: false)
     }
+    /// A composite index keyed by `a`, `b`, then `c`: fetches use it for equality on its
+    /// leading fields, optionally followed by a range on the next one.
     public static func index<A: IndexableValue, B: IndexableValue, C: IndexableValue>(
         _ a: KeyPath<R, A>, _ b: KeyPath<R, B>, _ c: KeyPath<R, C>) -> Self {
         Self([a, b, c], unique: false)
@@ -82,6 +100,8 @@ public struct RecordIndex<R: Record>: @unchecked Sendable {
     /// field's declared default) clashes with none, like SQL's NULL: any number of records
     /// may lack it.
     public static func unique<A: IndexableValue>(_ a: KeyPath<R, A>) -> Self { Self([a], unique: true) }
+    /// A unique composite index: no two records may hold the same pair of values (see
+    /// ``unique(_:)``; a record lacking either value clashes with none).
     public static func unique<A: IndexableValue, B: IndexableValue>(_ a: KeyPath<R, A>, _ b: KeyPath<R, B>) -> Self {
         Self([a, b], unique: true)
     }

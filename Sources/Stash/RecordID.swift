@@ -12,9 +12,12 @@ import Synchronization
 /// let same = RecordID(string: id.description)
 /// ```
 public struct RecordID: Hashable, Comparable, Sendable, CustomStringConvertible {
+    /// The first 8 bytes, big-endian (for ids made by ``init()``, the time in the top 48 bits).
     public let high: UInt64
+    /// The last 8 bytes, big-endian.
     public let low: UInt64
 
+    /// The id of the 16 bytes `high` then `low` (ids order by `high`, then `low`).
     public init(high: UInt64, low: UInt64) {
         self.high = high
         self.low = low
@@ -25,6 +28,7 @@ public struct RecordID: Hashable, Comparable, Sendable, CustomStringConvertible 
         self = RecordIDGenerator.shared.next()
     }
 
+    /// The id with the 16 bytes of `uuid` (any UUID; ids made by ``init()`` are time-ordered).
     public init(_ uuid: UUID) {
         let (high, low) = withUnsafeBytes(of: uuid.uuid) { raw in
             (UInt64(bigEndian: raw.loadUnaligned(as: UInt64.self)),
@@ -49,6 +53,7 @@ public struct RecordID: Hashable, Comparable, Sendable, CustomStringConvertible 
         self.init(uuid)
     }
 
+    /// The same 16 bytes as a `UUID`.
     public var uuid: UUID {
         let h = high.bigEndian, l = low.bigEndian
         return withUnsafeBytes(of: (h, l)) { raw in

@@ -70,23 +70,43 @@ public struct IndexSchema: Codable, Sendable, Equatable {
 
 /// What an app (through its ``Record`` types) or a schema file (through the command line)
 /// asks the store to have. The store merges it into its ``StoreSchema`` at open.
+///
+/// Its JSON form is the command line's schema file (`stash init DIR --schema FILE`):
+/// ```json
+/// {"types": [{"name": "Item", "localOnly": false,
+///             "fields": [{"name": "homeID", "kind": "uuid"}, {"name": "name", "kind": "string"},
+///                        {"name": "note", "kind": "string", "optional": true}],
+///             "indexes": [{"fields": ["homeID"]}, {"fields": ["name"], "unique": true}]}]}
+/// ```
 public struct SchemaDeclaration: Codable, Sendable {
+    /// The types to merge into the stored schema. Stored types not listed stay as they are.
     public var types: [TypeDeclaration]
+    /// A declaration of `types` (an empty list declares nothing: the stored schema stays).
     public init(types: [TypeDeclaration]) { self.types = types }
 }
 
+/// One record type of a ``SchemaDeclaration``: what a ``Record`` type declares, or one entry
+/// of a schema file's `"types"`. In JSON, `fields` and `indexes` may be left out (none), and
+/// `localOnly` too (the store's flag is kept; false for a new type).
 public struct TypeDeclaration: Codable, Sendable {
+    /// The stored type name (``Record/recordType``). A type the store lacks is added.
     public var name: String
     /// Known fields. Fields not listed are learned from the values written.
     public var fields: [FieldDeclaration]
+    /// The indexes to have (see ``Record/indexes`` for how they merge with stored ones).
     public var indexes: [IndexDeclaration]
+    /// Whether the type's records stay on this device (``Record/isLocalOnly``). A type turned
+    /// from local-only to synced sends its stored records at the next sync.
     public var localOnly: Bool
-    /// Values for fields missing in stored records (fields added later).
+    /// Values for fields missing in stored records (fields added later). Not part of the JSON
+    /// form: a schema file cannot declare defaults.
     public var defaults: [String: FieldValue]
     /// A schema file that does not say `localOnly` keeps what the store has: a local-only
     /// type turns synced (and its records start to leave the device) only when asked.
     var keepsStoredLocalOnly = false
 
+    /// A declaration of type `name`. Unlike a schema file without `localOnly`, it states the
+    /// flag: `localOnly: false` turns a stored local-only type synced.
     public init(name: String, fields: [FieldDeclaration] = [], indexes: [IndexDeclaration] = [],
                 localOnly: Bool = false, defaults: [String: FieldValue] = [:]) {
         self.name = name
@@ -118,10 +138,22 @@ public struct TypeDeclaration: Codable, Sendable {
     }
 }
 
+/// One field of a ``TypeDeclaration``. In JSON: `{"name": "note", "kind": "string",
+/// "optional": true}`, where `kind` is a ``FieldKind`` name, `"counter"` or `"any"`, and
+/// `optional` may be left out (false).
+///
+/// `Store.open` throws `.incompatibleSchema` for a declaration the stored records do not
+/// fit: a kind other than the stored one while a record holds a value of it (convert it with
+/// a ``Migration``), a counter turned plain or the reverse while records exist, a new
+/// required field while records exist (unless it has a default), and an optional field
+/// turned required while a record lacks a value.
 public struct FieldDeclaration: Codable, Sendable, Equatable {
+    /// The stored field name (the property's coding key).
     public var name: String
-    /// The kind of the field's values (ignored when ``anyKind``).
+    /// The kind of every value the field holds (ignored when ``anyKind``).
     public var kind: FieldKind
+    /// Whether a record may lack a value (nil). A stored field that a declaration listing
+    /// fields leaves out turns optional.
     public var optional: Bool
     /// A ``Counter`` (kind `map`) that replicas merge by per-site totals. In a schema file,
     /// `"kind": "counter"` declares one.
@@ -130,6 +162,7 @@ public struct FieldDeclaration: Codable, Sendable, Equatable {
     /// `"kind": "any"` declares one.
     public var anyKind: Bool
 
+    /// A field `name` of `kind`; declare a counter with kind `.map`.
     public init(name: String, kind: FieldKind, optional: Bool = false, counter: Bool = false, anyKind: Bool = false) {
         self.name = name
         self.kind = kind
@@ -170,10 +203,18 @@ public struct FieldDeclaration: Codable, Sendable, Equatable {
     }
 }
 
+/// One index of a ``TypeDeclaration`` (what ``RecordIndex`` declares by key path). In JSON:
+/// `{"fields": ["homeID", "name"], "unique": true}`, `unique` may be left out (false). The
+/// stored index is named after its fields (`"homeID+name"`).
 public struct IndexDeclaration: Codable, Sendable, Equatable {
+    /// The stored field names in key order; `Store.open` throws `.incompatibleSchema` for none.
     public var fields: [String]
+    /// Whether no two records may hold the same values (see ``RecordIndex/unique(_:)``). A
+    /// stored unique index declared plain stays unique unless
+    /// ``StoreOptions/relaxesUniqueIndexes``.
     public var unique: Bool
 
+    /// An index on `fields`, in key order.
     public init(fields: [String], unique: Bool = false) {
         self.fields = fields
         self.unique = unique
@@ -208,10 +249,22 @@ public struct IndexDeclaration: Codable, Sendable, Equatable {
 /// stored data. Keep it a function of the record; leave side effects (deleting the side files
 /// above, say) until the open has returned.
 public struct Migration: Sendable {
+    /// The schema version it brings the store to: it runs at an open while the stored
+    /// ``StoreSchema/version`` is lower. Migrations run in version order, those of one version
+    /// in the order given.
     public let version: Int
+    /// The stored type whose records it transforms (``Record/recordType``); a type with no
+    /// stored records yet has none to transform. `Store.open` throws `.incompatibleSchema` when
+    /// a store that holds types neither holds nor declares it (a misspelt name), and
+    /// `.invalidValue` for two migrations of one version naming the same type.
     public let type: String
+    /// Changes one stored record, seen through the stored schema (with the defaults of the
+    /// fields it lacks); called for each record of ``type``. The `id` and `type` it sets are
+    /// ignored, and an int it writes into a double field is stored as a double. An error it
+    /// throws makes the open throw `.incompatibleSchema`, with nothing written.
     public let transform: @Sendable (inout GenericRecord) throws -> Void
 
+    /// A migration of the records of `type` to `version`.
     public init(version: Int, type: String, transform: @escaping @Sendable (inout GenericRecord) throws -> Void) {
         self.version = version
         self.type = type

@@ -60,8 +60,11 @@ public struct StoreOptions: Sendable {
 
 /// Progress of long work: `done` of `total` items in `phase`.
 public struct StoreProgress: Sendable, CustomStringConvertible {
+    /// What is under way: `"migration 2 (Item)"`, or an index being built, `"index Item(homeID)"`.
     public let phase: String
+    /// Records of `phase` done so far.
     public let done: Int
+    /// Records of `phase` in all.
     public let total: Int
     public var description: String { "\(phase): \(done)/\(total)" }
 }
@@ -345,33 +348,50 @@ public final class Store: Sendable {
 
 /// What ``Store/statistics()`` reports.
 public struct StoreStatistics: Sendable, Codable {
+    /// One stored index.
     public struct IndexStatistics: Sendable, Codable {
+        /// Its fields joined by `+`.
         public let name: String
         public let fields: [String]
         public let unique: Bool
+        /// Index entries: one per record of the type.
         public let entries: Int
+        /// Distinct keys: the distinct values, except that long strings and bytes are keyed
+        /// by a prefix.
         public let distinctKeys: Int
     }
+    /// One type of the stored schema.
     public struct TypeStatistics: Sendable, Codable {
         public let name: String
+        /// Records of the type.
         public let count: Int
+        /// Fields in the stored schema, dropped ones included.
         public let fields: Int
         public let localOnly: Bool
         public let indexes: [IndexStatistics]
     }
+    /// The store directory.
     public let path: String
     public let storeID: RecordID
     public let siteID: RecordID
+    /// The version reached by migrations (``StoreSchema/version``).
     public let schemaVersion: Int
     public let types: [TypeStatistics]
+    /// LMDB's map size in bytes (it grows by itself).
     public let mapSize: Int
+    /// Bytes of the map in use, up to the last page written.
     public let mapUsed: Int
+    /// The size of `data.mdb` in bytes (0 when it cannot be read).
     public let fileSize: Int
     public let pageSize: Int
+    /// Reader slots in use, across processes.
     public let readersInUse: Int
     public let maxReaders: Int
+    /// Entries in the history database (those purges left).
     public let historyEntries: Int
+    /// Bytes of pages the history database occupies.
     public let historyBytes: Int
+    /// LMDB's figures for each database by name (records, index, counts, history, meta).
     public let databases: [String: DatabaseStatistics]
 }
 

@@ -54,10 +54,14 @@ public struct StoreError: Error, CustomStringConvertible, Sendable {
         public static let readOnly = Code("readOnly")
     }
 
+    /// What went wrong, to switch on.
     public let code: Code
+    /// The full explanation, for logs and users (also the ``description``).
     public let message: String
+    /// The error behind it, when there is one (the ``LMDBError`` of `.storage`).
     public let underlying: (any Error & Sendable)?
 
+    /// An error of `code`; `message` should name the store and say what to do.
     public init(_ code: Code, _ message: String, underlying: (any Error & Sendable)? = nil) {
         self.code = code
         self.message = message

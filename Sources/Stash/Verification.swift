@@ -5,9 +5,14 @@ import StashLMDB
 public struct VerificationReport: Sendable, CustomStringConvertible {
     /// One line per mismatch, naming type, record and index.
     public var problems: [String] = []
+    /// Records read of the schema's types (those under a type tag it does not know are
+    /// reported as problems, not counted).
     public var recordsChecked = 0
+    /// Entries read in the index database, those of no index in the schema included.
     public var indexEntriesChecked = 0
+    /// History entries read (those left after purges).
     public var historyEntriesChecked = 0
+    /// True when no problem was found.
     public var isClean: Bool { problems.isEmpty }
 
     public var description: String {
@@ -36,6 +41,7 @@ public struct VerificationProgress: Sendable, CustomStringConvertible {
         case historyCoverage = "records for a history entry"
     }
 
+    /// The phase under way.
     public let phase: Phase
     /// Items of `phase` checked so far (of all types).
     public let checked: Int

@@ -16,13 +16,19 @@ import Foundation
 ///                    "expiresAt": 1798761600000, "period": "yearly"}]}
 /// ```
 public struct EntitlementSnapshot: Codable, Sendable, Hashable {
+    /// The user it is for: a gate refuses a snapshot for another user than its
+    /// ``GateConfiguration/userID`` (`.wrongUser`).
     public var userID: String
     /// Increases with every snapshot the server issues for this user; a lower one is a replay.
     public var sequence: UInt64
     /// The server's clock when it made the snapshot (a lower bound for the reference time).
     public var serverTime: Date
+    /// The user's purchases, revoked ones included: entitlements are evaluated from them
+    /// (``Entitlements``). With credits in use, each consumable's ``PurchaseTransaction/credits``
+    /// are added once per transaction id, and taken back when it is revoked.
     public var transactions: [PurchaseTransaction]
 
+    /// A snapshot; sign it (``HMACSnapshotSigner/sign(_:)``) to hand it to a gate.
     public init(userID: String, sequence: UInt64, serverTime: Date, transactions: [PurchaseTransaction]) {
         self.userID = userID
         self.sequence = sequence
@@ -58,8 +64,11 @@ public struct EntitlementSnapshot: Codable, Sendable, Hashable {
 /// the signature covers the payload bytes exactly as sent, so no re-encoding can change
 /// what was signed.
 public struct SignedEntitlementSnapshot: Sendable, Hashable {
+    /// The id of the signing key, which the verifier looks up.
     public var keyID: String
+    /// The snapshot's JSON (``EntitlementSnapshot/encoded()``), exactly as signed.
     public var payload: [UInt8]
+    /// The signature of ``payload`` under ``keyID``.
     public var signature: [UInt8]
 
     public init(keyID: String, payload: [UInt8], signature: [UInt8]) {
@@ -107,6 +116,7 @@ public enum SignatureCheck: Sendable, Hashable {
 /// Checks snapshot signatures. ``HMACSnapshotVerifier`` is built in; plug in your own for
 /// public-key signatures or a platform API (StoreKit's JWS, RevenueCat's signed responses).
 public protocol SnapshotVerifier: Sendable {
+    /// Whether `signature` is a valid signature of `payload` by the key `keyID`.
     func check(payload: [UInt8], signature: [UInt8], keyID: String) -> SignatureCheck
 }
 
@@ -129,18 +139,23 @@ public struct HMACSnapshotVerifier: SnapshotVerifier {
 
 /// Signs snapshots with an HMAC-SHA256 key: what the server does (and tests, demos, the CLI).
 public struct HMACSnapshotSigner: Sendable {
+    /// The id written into every signed snapshot; verifiers find `key` under it.
     public let keyID: String
     private let key: [UInt8]
 
+    /// A signer with the secret `key`, known to verifiers as `keyID`.
     public init(keyID: String, key: [UInt8]) {
         self.keyID = keyID
         self.key = key
     }
 
+    /// Encodes `snapshot` (``EntitlementSnapshot/encoded()``) and signs the payload.
+    /// - Throws: `JSONEncoder`'s error when the snapshot cannot be encoded.
     public func sign(_ snapshot: EntitlementSnapshot) throws -> SignedEntitlementSnapshot {
         sign(payload: try snapshot.encoded())
     }
 
+    /// Signs a payload as given (for payloads encoded elsewhere).
     public func sign(payload: [UInt8]) -> SignedEntitlementSnapshot {
         let mac = HMAC<SHA256>.authenticationCode(for: macInput(keyID, payload), using: SymmetricKey(data: key))
         return SignedEntitlementSnapshot(keyID: keyID, payload: payload, signature: Array(mac))

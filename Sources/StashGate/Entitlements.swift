@@ -39,14 +39,21 @@ public struct PurchaseTransaction: Codable, Sendable, Hashable {
 
     /// Unique per purchase (a renewal is a new transaction).
     public var id: String
+    /// The product bought, as the store of record names it (`"pro.yearly"`); reported in
+    /// ``EntitlementStatus``.
     public var productID: String
+    /// Subscription, lifetime unlock or credit pack: decides what it grants and for how long.
     public var type: ProductType
     /// The entitlements this purchase grants, e.g. `["pro"]`.
     public var entitlements: [String]
+    /// When it was bought. Metadata: access does not depend on it.
     public var purchasedAt: Date
     /// The end of the paid (or trial) period; subscriptions only.
     public var expiresAt: Date?
+    /// The subscription period's length (metadata, reported in ``EntitlementStatus``).
     public var period: Period?
+    /// The offer the period was bought under: while the period lasts, `.freeTrial` reads as
+    /// the state `.trial` and `.introductory` as `.introductory`. Nil: a regular paid period.
     public var offer: Offer?
     /// Billing failed at renewal and the store keeps access open until this instant.
     public var gracePeriodExpiresAt: Date?
@@ -59,7 +66,9 @@ public struct PurchaseTransaction: Codable, Sendable, Hashable {
     public var credits: Int?
     /// Paywall metadata.
     public var displayName: String?
+    /// The price paid, in ``currencyCode`` (paywall metadata; never evaluated).
     public var price: Decimal?
+    /// The currency of ``price`` (`"EUR"`; paywall metadata).
     public var currencyCode: String?
 
     public init(id: String, productID: String, type: ProductType, entitlements: [String] = [],
@@ -158,7 +167,9 @@ public enum EntitlementState: String, Codable, Sendable, Hashable {
 
 /// The state of one entitlement at a reference time, with the transaction behind it.
 public struct EntitlementStatus: Sendable, Hashable {
+    /// The entitlement asked about (`"pro"`).
     public let entitlement: String
+    /// Where it stands at the reference time.
     public let state: EntitlementState
     /// When access ends (active time-limited states), or ended (expired, billing retry);
     /// nil for lifetime and none.
@@ -169,6 +180,7 @@ public struct EntitlementStatus: Sendable, Hashable {
     public let productID: String?
     public let period: PurchaseTransaction.Period?
 
+    /// True when ``state`` grants access.
     public var isActive: Bool { state.isActive }
 
     init(_ entitlement: String, _ state: EntitlementState, expiresAt: Int64? = nil, transaction: PurchaseTransaction? = nil) {

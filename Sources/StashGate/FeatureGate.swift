@@ -31,7 +31,9 @@ import Synchronization
 /// - Credits: ``credits()``, ``spendCredit(operationID:in:)``, ``grantCredits(_:grantID:in:)``
 /// - Sync: ``syncPolicy``
 public final class FeatureGate: Sendable {
+    /// The store the gate counts limits in and keeps its state in (snapshot, clock, credits).
     public let store: Store
+    /// The configuration it was opened with.
     public let configuration: GateConfiguration
     /// The guarded reference time all decisions use.
     public let clockGuard: ClockGuard

@@ -41,6 +41,8 @@ public struct GateConfiguration: Sendable {
     /// processes. Default 100 ms (an expiry is published well within 1 s).
     public var updatePollInterval: Duration = .milliseconds(100)
 
+    /// A freemium configuration for `userID` with the defaults above: no free features, no
+    /// limits, no trial. Nothing is checked until ``FeatureGate/open(_:configuration:)``.
     public init(userID: String, verifier: any SnapshotVerifier) {
         self.userID = userID
         self.verifier = verifier
@@ -83,6 +85,9 @@ public enum GateOverride: String, Sendable, Hashable {
 public struct LimitRule: Sendable {
     /// The stored type name.
     public let typeName: String
+    /// The records the free tier may hold (in all, or per parent). Creating one more is
+    /// denied (``denial``) once there are `maximum`; holding more (after a downgrade from
+    /// premium, say) denies every creation, of any type, with ``DenialReason/overLimit``.
     public let maximum: Int
     /// The parent field for per-parent limits.
     public let parentField: String?

@@ -36,12 +36,16 @@ public struct GateError: Error, CustomStringConvertible, Sendable {
         public static let storage = Code("storage")
     }
 
+    /// What went wrong, to switch on.
     public let code: Code
+    /// The full explanation, for logs and users (also the ``description``).
     public let message: String
     /// For `.denied`: the decision with its reason.
     public let decision: GateDecision?
+    /// The error behind it, when there is one (for `.storage`, the store's error).
     public let underlying: (any Error & Sendable)?
 
+    /// An error of `code`, with the decision of a denial.
     public init(_ code: Code, _ message: String, decision: GateDecision? = nil, underlying: (any Error & Sendable)? = nil) {
         self.code = code
         self.message = message

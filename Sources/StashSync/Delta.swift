@@ -21,23 +21,32 @@ import Stash
 /// ```
 /// Values use the record value encoding (kind byte + payload).
 public struct Delta: Sendable, Equatable {
+    /// The first bytes of every encoded delta.
     public static let magic: [UInt8] = Array("STSD".utf8)
     /// The format written (when ``counterFields`` is set; format 1 otherwise). Formats 1 and 2
     /// are read; a reader of format 1 only refuses format 2 as a newer format.
     public static let formatVersion: UInt8 = 2
 
+    /// The site of the store that exported it.
     public var source: RecordID
     /// The one store this delta is for (it leaves out what came from that store), or nil for
     /// a delta every store may apply (relay).
     public var recipient: RecordID?
+    /// The source's store family: a store of another family refuses the delta.
     public var family: RecordID
+    /// A digest of the synced part of the source's schema: equal to the receiver's, the delta
+    /// applies without a check of each entry against its schema.
     public var schemaFingerprint: [UInt8]
     /// The source history range covered: sequence numbers `from...to` (from = to + 1 when empty).
     public var from: UInt64
+    /// The last source sequence number covered (see ``from``).
     public var to: UInt64
     /// A full-state snapshot (sent when the receiver fell behind purged history).
     public var isFullSnapshot: Bool
+    /// The source's clock when it was made.
     public var created: Date
+    /// The replicated state of each record it carries: one per synced record changed in the
+    /// range (not by its recipient), or one per synced record for a full snapshot.
     public var entries: [RecordState]
     /// The counter fields (``Counter``, merged by per-site totals) of each synced type in the
     /// source's schema; a type left out has none. nil: not listed (format 1, from a library

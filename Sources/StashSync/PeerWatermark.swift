@@ -14,7 +14,11 @@ public struct PeerWatermark: Codable, Sendable, Equatable {
     public var sentThrough: UInt64 = 0
     /// The peer's history sequence numbers up to here have been applied here.
     public var receivedThrough: UInt64 = 0
+    /// This store's clock when a delivery to the peer was last recorded
+    /// (``SyncEngine/acknowledge(peer:through:)``, after each send); nil before the first.
     public var lastSent: Date?
+    /// This store's clock when a delta of the peer was last applied here (not a duplicate or
+    /// a parked one); nil before the first.
     public var lastReceived: Date?
     /// When ``SyncEngine/forget(site:)`` let history go that this peer has not received;
     /// nil while the store keeps it. Cleared when changes reach the peer again.

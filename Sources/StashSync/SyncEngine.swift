@@ -16,6 +16,8 @@ public struct SyncConfiguration: Sendable {
     /// Reports long exports and imports.
     public var progress: (@Sendable (SyncProgress) -> Void)?
 
+    /// A configuration; nothing is checked until ``SyncEngine/init(store:configuration:)``.
+    /// Without a key, deltas go unauthenticated, and a store that has a key refuses them.
     public init(family: RecordID? = nil, key: SyncKey? = nil, enabled: Bool? = nil) {
         self.family = family
         self.key = key
@@ -25,8 +27,11 @@ public struct SyncConfiguration: Sendable {
 
 /// Progress of a long export or import.
 public struct SyncProgress: Sendable, CustomStringConvertible {
+    /// What is under way: `"export"`, `"export snapshot"` or `"import"`.
     public let phase: String
+    /// Record states handled so far (reported every 10,000).
     public let done: Int
+    /// Record states in all; 0 while not known (a full snapshot being read).
     public let total: Int
     public var description: String { "\(phase): \(done)/\(total)" }
 }
@@ -60,9 +65,18 @@ public enum ApplyOutcome: Sendable, Equatable {
 
 /// The result of ``SyncEngine/sync(via:)``.
 public struct SyncReport: Sendable, CustomStringConvertible {
+    /// Record states sent: one per record changed since the peer's watermark (however many
+    /// history entries changed it), or every synced record for a full snapshot. Set by
+    /// ``SyncEngine/sync(via:)`` only (0 from ``SyncEngine/fetchChanges(via:)``).
     public var sentEntries = 0
+    /// Record states in the deltas this fetch applied (not duplicates or parked ones), those of
+    /// local-only types included. Relay files of one source fetched together are joined first
+    /// where they can be: a record in several of them then counts once.
     public var receivedEntries = 0
+    /// Of ``receivedEntries``, the records whose merge changed something here.
     public var changedHere = 0
+    /// Deltas that need a newer schema (or wait behind such a delta of their source), kept to
+    /// apply later, each as `"name (reason)"`. Their source's later deltas wait behind them.
     public var parked: [String] = []
     /// Records deleted here because another record of their type holds the same value of a
     /// unique index (two devices created it independently): tell the user. Only the store
@@ -93,11 +107,17 @@ public struct SyncReport: Sendable, CustomStringConvertible {
 
 /// Where sync stands for one peer; never says "synced" while changes are pending.
 public struct SyncStatus: Sendable, CustomStringConvertible {
+    /// Whether sync is active this session (``SyncEngine/isEnabled``).
     public let enabled: Bool
     /// Local changes not yet delivered to the peer.
     public let pendingOutgoing: Int
+    /// The store's clock at the end of the last send or fetch that did not throw, of any
+    /// peer; nil before the first.
     public let lastSuccess: Date?
+    /// The error of the last send or fetch (or of the parked deltas retried at open), or the
+    /// deltas a fetch refused; nil after a send or fetch that went through cleanly.
     public let lastError: String?
+    /// Enabled, nothing pending and no error: the only state in which to show "synced".
     public var isUpToDate: Bool { enabled && pendingOutgoing == 0 && lastError == nil }
 
     public var description: String {
@@ -123,8 +143,12 @@ public struct SyncStatus: Sendable, CustomStringConvertible {
 /// - Turning sync off (``SyncConfiguration/enabled`` or the store's preference at open)
 ///   never moves or hides data: history keeps recording, and the backlog ships later.
 public final class SyncEngine: Sendable {
+    /// The store this engine syncs.
     public let store: Store
+    /// The store's family: the configuration's, or the one the store already had.
     public let family: RecordID
+    /// Whether sync is active this session (``SyncConfiguration/enabled``, or the store's
+    /// preference at open). When false, sends, fetches and ``apply(_:name:)`` throw `.disabled`.
     public let isEnabled: Bool
     let key: SyncKey?
     let progress: (@Sendable (SyncProgress) -> Void)?
@@ -638,9 +662,9 @@ public final class SyncEngine: Sendable {
 
     /// Applies parked deltas whose schema is now known (in source and range order).
     /// - Returns: how many were applied.
-    @discardableResult
     /// - Throws: the first error a parked delta met, after trying the others: an error (or a
     ///   delta still parked) holds back the later parked deltas of its own source only.
+    @discardableResult
     public func retryParked() throws -> Int {
         try retryParked(onGap: { _ in })
     }
@@ -689,7 +713,7 @@ public final class SyncEngine: Sendable {
 
     /// Sends the changes the transport's peer has not received. Nothing is marked as sent
     /// unless the transport took the delta; a failing transport leaves everything pending.
-    /// - Returns: the number of record states sent.
+    /// - Returns: the number of record states sent, and whether they went as a full snapshot.
     @discardableResult
     public func sendChanges(via transport: some SyncTransport) throws -> (entries: Int, fullSnapshot: Bool) {
         try recordingOutcome {

@@ -42,9 +42,12 @@ public struct SyncError: Error, CustomStringConvertible, Sendable {
         public static let readOnlyStore = Code("readOnlyStore")
     }
 
+    /// What went wrong, to switch on.
     public let code: Code
+    /// The full explanation, for logs and users (also the ``description``).
     public let message: String
 
+    /// An error of `code` (a custom ``SyncTransport`` throws `.transportFailed`).
     public init(_ code: Code, _ message: String) {
         self.code = code
         self.message = message

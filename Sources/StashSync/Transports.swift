@@ -31,11 +31,20 @@ extension SyncTransport {
 
 /// One delta offered by a transport, with what to do once it is applied.
 public struct IncomingDelta: Sendable {
+    /// A name for messages and ``SyncReport`` (a relay file's name, `"delta from <site>"`).
     public let name: String
+    /// The site that exported the delta; a refused or parked delta holds back this source's
+    /// later ones in the same fetch.
     public let source: RecordID
+    /// The encoded delta (``Delta/encoded(key:)``), as ``SyncEngine/apply(_:name:)`` takes it.
     public let data: Data
     let onConsumed: @Sendable (ApplyOutcome) throws -> Void
 
+    /// A delta offered by a transport. `onConsumed` is called with the outcome (applied,
+    /// duplicate, or parked: the store keeps a parked delta itself) once the store has made it
+    /// durable: acknowledge the delta there. It is not called for a delta that was refused
+    /// or found a gap, nor for the later deltas of its source that the fetch then skipped. An
+    /// error it throws makes the fetch throw.
     public init(name: String, source: RecordID, data: Data, onConsumed: @escaping @Sendable (ApplyOutcome) throws -> Void) {
         self.name = name
         self.source = source
@@ -53,7 +62,9 @@ public struct IncomingDelta: Sendable {
 /// acknowledged but lost) notes in its own metadata that it wants a full snapshot of that
 /// source; the next exchange between the two sends one, whichever side starts it.
 public struct DirectTransport: SyncTransport {
+    /// The engine of the other store.
     public let other: SyncEngine
+    /// A transport to `other`, the engine of another store of the same family in this process.
     public init(to other: SyncEngine) { self.other = other }
 
     public var peer: RecordID? { other.site }
@@ -72,6 +83,10 @@ public struct DirectTransport: SyncTransport {
         if delta.isFullSnapshot { try Self.clearRequest(from: engine.site, in: other) }
     }
 
+    /// The other store's changes that `engine` has not received, as one delta (a full
+    /// snapshot when `engine` asked for one; none when there is nothing); the other store
+    /// records them as delivered once `engine` has applied or parked it.
+    /// - Throws: `.disabled` when sync is off for the other store.
     public func incoming(for engine: SyncEngine) throws -> [IncomingDelta] {
         guard other.isEnabled else {
             throw SyncError(.disabled, "sync is off for the peer store \(other.store.path)")
@@ -112,6 +127,7 @@ public struct DirectTransport: SyncTransport {
 /// range order, acknowledges what it applied in `DIR/<source>/acks/<site>`, and deletes its
 /// own files once every known reader has acknowledged them.
 public struct RelayTransport: SyncTransport {
+    /// The shared directory. It must exist: the transport never creates it.
     public let directory: URL
     /// A simulated container quota in bytes: a delivery that would exceed it fails.
     public var quotaBytes: Int?
@@ -121,6 +137,9 @@ public struct RelayTransport: SyncTransport {
     /// a gap and asks for a full snapshot. Default 30 days.
     public var staleReaderAge: TimeInterval
 
+    /// A transport through `directory` (every store of the family uses the same one). Nothing
+    /// is read or checked here: a missing directory makes each send and fetch throw
+    /// `.transportFailed`.
     public init(directory: URL, quotaBytes: Int? = nil, staleReaderAge: TimeInterval = 30 * 86_400) {
         self.directory = directory
         self.quotaBytes = quotaBytes
@@ -191,6 +210,12 @@ public struct RelayTransport: SyncTransport {
         }
     }
 
+    /// Writes the delta as `DIR/<site>/<from>-<to>[-full].delta` (temp file, fsync, rename),
+    /// after deleting this store's files that no reader needs any more.
+    /// - Throws: `.transportFailed` when the directory is missing, the write fails or would
+    ///   exceed ``quotaBytes``; `.siteReused` when the relay holds history of this site past
+    ///   the store's newest entry (a rolled-back or cloned store: it takes a new site at its
+    ///   next open).
     public func deliver(_ data: Data, delta: Delta, from engine: SyncEngine) throws {
         try checkAvailable()
         // History only grows: a file of this site past what the store holds now (read after
@@ -274,6 +299,14 @@ public struct RelayTransport: SyncTransport {
         }.sorted { ($0.from, $0.to) < ($1.from, $1.to) }
     }
 
+    /// The other stores' files of this family that `engine` has not applied, source by source
+    /// in range order (from a source's newest full snapshot that is new here, when there is
+    /// one). Also registers the store as a reader (`DIR/<site>/seen`), deletes its own files
+    /// every reader has acknowledged, and asks a source for a full snapshot when its files
+    /// needed here are gone. Each file is acknowledged (`DIR/<source>/acks/<site>`) once
+    /// applied, parked ones excepted. An unreadable file holds back its source's later files.
+    /// - Throws: `.transportFailed` when the directory is missing or the store's folder or
+    ///   its notes cannot be written.
     public func incoming(for engine: SyncEngine) throws -> [IncomingDelta] {
         try checkAvailable()
         // Make this store known as a reader, so sources keep files until it has read them, and
