@@ -894,11 +894,27 @@ public final class SyncEngine: Sendable {
     }
 
     /// Syncs every `interval` until the task is cancelled; errors are kept in ``status(peer:)``.
+    ///
+    /// The syncs run on a thread of their own: a sync blocks (on the store's write lock while
+    /// another process writes, on the disk, on a slow relay folder), and on a thread of Swift's
+    /// concurrency pool it would hold back every task of the app meanwhile. The task ends once
+    /// the sync under way, if any, has.
     public func startBackgroundSync(via transport: some SyncTransport, every interval: Duration) -> Task<Void, Never> {
-        Task.detached { [self] in
-            while !Task.isCancelled {
+        let loop = BackgroundSyncLoop()
+        let thread = Thread { [self] in
+            while !loop.isCancelled {
                 _ = try? self.sync(via: transport)
-                try? await Task.sleep(for: interval)
+                loop.pause(for: interval)
+            }
+            loop.finish()
+        }
+        thread.name = "stash.sync \(store.path)"
+        thread.start()
+        return Task {
+            await withTaskCancellationHandler {
+                await loop.finished()
+            } onCancel: {
+                loop.cancel()
             }
         }
     }
@@ -1052,5 +1068,61 @@ enum AtomicFile {
         }
         let fd = open(directory.path, O_RDONLY)
         if fd >= 0 { fsync(fd); close(fd) }
+    }
+}
+
+/// The state of one ``SyncEngine/startBackgroundSync(via:every:)``: cancelled or not, its
+/// thread's pause between syncs (cut short by a cancel), and the task waiting for its end.
+final class BackgroundSyncLoop: @unchecked Sendable {
+    // Every field is read and written under `condition`.
+    private let condition = NSCondition()
+    private var cancelled = false
+    private var done = false
+    private var waiter: CheckedContinuation<Void, Never>?
+
+    var isCancelled: Bool {
+        condition.lock()
+        defer { condition.unlock() }
+        return cancelled
+    }
+
+    func cancel() {
+        condition.lock()
+        cancelled = true
+        condition.broadcast()
+        condition.unlock()
+    }
+
+    /// Waits `interval`, or until cancelled.
+    func pause(for interval: Duration) {
+        let (seconds, attoseconds) = interval.components
+        let deadline = Date().addingTimeInterval(Double(seconds) + Double(attoseconds) / 1e18)
+        condition.lock()
+        while !cancelled && condition.wait(until: deadline) {}
+        condition.unlock()
+    }
+
+    /// Called by the thread as it ends.
+    func finish() {
+        condition.lock()
+        done = true
+        let waiting = waiter
+        waiter = nil
+        condition.unlock()
+        waiting?.resume()
+    }
+
+    /// Returns once the thread has ended.
+    func finished() async {
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            condition.lock()
+            if done {
+                condition.unlock()
+                continuation.resume()
+            } else {
+                waiter = continuation
+                condition.unlock()
+            }
+        }
     }
 }
