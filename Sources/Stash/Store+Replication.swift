@@ -245,14 +245,19 @@ extension Store {
     /// Makes the next open give this store a new site id, as an open of a copy of its data
     /// file does (``copiedFrom`` then names the current site). For a store found to be a copy
     /// that kept its file's identity (a file-system snapshot rolled back, a cloned volume):
-    /// another replica writes as the same site. This process keeps the current site until then.
+    /// another replica writes as the same site. This store keeps writing as the current site
+    /// until then.
     public func requestNewSite() throws {
         try write { tx in try tx.context.txn.put(dbs.meta, key: MetaKey.newSiteRequested, value: [1]) }
     }
 
-    /// True after ``requestNewSite()``, until the next open takes the new site.
+    /// True after ``requestNewSite()``, until the next open (here or in another process)
+    /// takes the new site, which ``siteID`` then returns.
     public func isNewSiteRequested() throws -> Bool {
-        try read { try $0.reader.txn.get(dbs.meta, key: MetaKey.newSiteRequested) != nil }
+        try read { snapshot in
+            _ = try storedSite(snapshot.reader.txn)
+            return try snapshot.reader.txn.get(dbs.meta, key: MetaKey.newSiteRequested) != nil
+        }
     }
 
     /// The wall clock this store uses (``StoreOptions/clock``).

@@ -107,8 +107,12 @@ public final class Store: Sendable {
     public let storeID: RecordID
     /// This replica's site id (history records it as the origin), made at creation, and made
     /// anew when the store is opened from a copy of its data file (a restored backup, a copied
-    /// directory): a copy is another replica.
-    public let siteID: RecordID
+    /// directory): a copy is another replica. Another open (in this process or another) may
+    /// take a new one after ``requestNewSite()``: each write, and ``isNewSiteRequested()``,
+    /// read the stored one, which this then returns.
+    public var siteID: RecordID { currentSite.withLock { $0 } }
+    /// The stored site id as last read (see ``siteID``).
+    private let currentSite: Mutex<RecordID>
     /// The replicas this store was copied from, oldest first: one entry each time it was
     /// opened from a copy of a data file (a restored backup, a copied directory), naming the
     /// site the file had. Empty for a store never copied.
@@ -244,10 +248,21 @@ public final class Store: Sendable {
         self.env = env
         self.dbs = dbs
         self.storeID = opened.storeID
-        self.siteID = opened.siteID
+        self.currentSite = Mutex(opened.siteID)
         self.copiedFrom = opened.copiedFrom
         self.syncPreferenceAtOpen = opened.syncPreference
         self.catalogBox = Mutex((opened.catalog, 0))
+    }
+
+    /// The site id stored now, noted as ``siteID``: another open may have taken a new one
+    /// since this store's (after ``requestNewSite()``), and writing as the old one would be
+    /// writing as the replica it was found to share its site with.
+    func storedSite(_ txn: some TransactionReading) throws -> RecordID {
+        guard let bytes = try txn.get(dbs.meta, key: MetaKey.siteID), let site = RecordID(bytes: bytes[...]) else {
+            throw StoreError(.corrupted, "store \(path): the site id is missing from meta: the store is damaged; restore it from a backup or a peer")
+        }
+        currentSite.withLock { if $0 != site { $0 = site } }
+        return site
     }
 
     // MARK: Transactions

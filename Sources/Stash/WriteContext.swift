@@ -62,7 +62,7 @@ final class WriteContext: FieldTagResolver {
 
     convenience init(store: Store, txn: WriteTransaction, author: String?) throws {
         self.init(path: store.path, txn: txn, dbs: store.dbs, catalog: try store.reloadCatalog(txn),
-                  siteID: store.siteID, author: author, now: store.now)
+                  siteID: try store.storedSite(txn), author: author, now: store.now)
         keptUniqueIndexes = store.keptUniqueIndexes
     }
 

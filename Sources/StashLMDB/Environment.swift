@@ -78,9 +78,12 @@ public final class Environment: @unchecked Sendable {
             }
         }
         let canonical = URL(fileURLWithPath: path).resolvingSymlinksInPath().standardizedFileURL.path
+        var opened = false
         let environment = try EnvironmentRegistry.shared.open(canonical) { () throws(LMDBError) in
-            try Environment(canonicalPath: canonical, configuration: configuration)
+            opened = true
+            return try Environment(canonicalPath: canonical, configuration: configuration)
         }
+        if !opened { try environment.checkStillAtPath() }
         if configuration.readOnly { return environment }
         if environment.isReadOnly {
             throw LMDBError(code: .readOnly, operation: "open", path: canonical,
@@ -110,9 +113,34 @@ public final class Environment: @unchecked Sendable {
     /// asked for. LMDB lets these flags change on an open environment; a commit running at
     /// that moment keeps the flags it started syncing with.
     func raiseDurability(to wanted: Durability) throws(LMDBError) {
+        // Two opens raising it at once must not interleave (the flags are cleared, then set).
+        durabilityLock.lock()
+        defer { durabilityLock.unlock() }
         guard wanted.strength > durability.strength else { return }
         try check(mdb_env_set_flags(env, UInt32(MDB_NOSYNC) | UInt32(MDB_NOMETASYNC), 0), "mdb_env_set_flags", path)
         if wanted.flags != 0 { try check(mdb_env_set_flags(env, wanted.flags, 1), "mdb_env_set_flags", path) }
+    }
+    private let durabilityLock = NSLock()
+
+    /// Throws when the directory's `data.mdb` is no longer this environment's file: deleted,
+    /// or replaced (a directory removed and created again, a backup restored over it) while
+    /// this process still holds the environment of the old one. A new open would otherwise
+    /// share that, reading the old data and writing to a file no longer on disk.
+    func checkStillAtPath() throws(LMDBError) {
+        let dataPath = (path as NSString).appendingPathComponent("data.mdb")
+        let fd = Foundation.open(dataPath, O_RDONLY)
+        var current: FileIdentity?
+        if fd >= 0 {
+            var inode: UInt64 = 0, seconds: Int64 = 0, nanoseconds: UInt32 = 0
+            if stash_file_identity(fd, &inode, &seconds, &nanoseconds) == 0 {
+                current = FileIdentity(inode: inode, birth: seconds == 0 && nanoseconds == 0 ? nil : (seconds, nanoseconds))
+            }
+            close(fd)
+        }
+        guard let current, current.isSameFile(as: try dataFileIdentity()) else {
+            throw LMDBError(code: .replaced, operation: "open", path: path,
+                            detail: "the directory's data file was deleted or replaced while this process still has the old one open (a Store, FeatureGate, SyncEngine, history observation or background sync of it is alive); release all of them, then open again")
+        }
     }
 
     private init(canonicalPath: String, configuration: EnvironmentConfiguration) throws(LMDBError) {

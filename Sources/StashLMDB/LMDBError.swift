@@ -58,6 +58,9 @@ public struct LMDBError: Error, CustomStringConvertible, Sendable {
         /// Resizing the map failed after LMDB had unmapped the file (out of address space): the
         /// environment cannot be used until every store of its directory is closed and reopened.
         public static let mapLost = Code(rawValue: -40007)
+        /// The directory's data file was deleted or replaced while this process still has the
+        /// environment of the old one open: an open would share that, not the files now there.
+        public static let replaced = Code(rawValue: -40008)
 
         public var description: String {
             switch self {
@@ -68,6 +71,7 @@ public struct LMDBError: Error, CustomStringConvertible, Sendable {
             case .foreignData: return "the environment holds other data than its declared databases"
             case .readOnly: return "the environment is open read-only"
             case .mapLost: return "the map was lost in a failed resize"
+            case .replaced: return "the data file was deleted or replaced while this process has the old one open"
             default: return String(cString: mdb_strerror(rawValue))
             }
         }

@@ -183,7 +183,16 @@ public final class SyncEngine: Sendable {
         case (nil, nil):
             throw SyncError(.noFamily, "store \(store.path) has no sync family yet; configure SyncConfiguration.family (an account or container id) once")
         case (nil, let wanted?):
-            try store.setMetadata(wanted.bytes, for: Self.familyKey)
+            // Read again in the write that adopts it: another engine (or process) may have
+            // given the store a family since.
+            let adopted = try store.write(author: "sync") { tx -> RecordID in
+                if let now = try tx.metadata(for: Self.familyKey).flatMap({ RecordID(bytes: $0[...]) }) { return now }
+                try tx.setMetadata(wanted.bytes, for: Self.familyKey)
+                return wanted
+            }
+            guard adopted == wanted else {
+                throw SyncError(.foreignFamily, "store \(store.path) belongs to sync family \(adopted), not \(wanted); a store syncs with one family only")
+            }
             family = wanted
         case (let have?, nil):
             family = have

@@ -124,3 +124,31 @@ func canonicalDump(_ store: Store, types: [String] = ["Note", "Wallet", "UserPro
 func credits(_ store: Store, _ id: RecordID) throws -> Int64? {
     try store.get(Wallet.self, id: id)?.credits.value
 }
+
+/// A relay that notes, for each fetch through it, whether it ran inside a Swift task (on a
+/// thread of the concurrency pool).
+final class ThreadRecordingTransport: SyncTransport, @unchecked Sendable {
+    let relay: RelayTransport
+    private let lock = NSLock()
+    private var inTask: [Bool] = []
+    init(_ relay: RelayTransport) { self.relay = relay }
+
+    var fetchesInATask: [Bool] {
+        lock.lock()
+        defer { lock.unlock() }
+        return inTask
+    }
+
+    var peer: RecordID? { relay.peer }
+    func deliver(_ data: Data, delta: Delta, from engine: SyncEngine) throws { try relay.deliver(data, delta: delta, from: engine) }
+    func incoming(for engine: SyncEngine) throws -> [IncomingDelta] {
+        let task = withUnsafeCurrentTask { $0 != nil }
+        lock.lock()
+        inTask.append(task)
+        lock.unlock()
+        return try relay.incoming(for: engine)
+    }
+    func fullSnapshotRequested(by engine: SyncEngine) throws -> Bool { try relay.fullSnapshotRequested(by: engine) }
+    func requestFullSnapshot(from source: RecordID, for engine: SyncEngine) throws { try relay.requestFullSnapshot(from: source, for: engine) }
+    func watermarkSite(for engine: SyncEngine) throws -> String { try relay.watermarkSite(for: engine) }
+}
