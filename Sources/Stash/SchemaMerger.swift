@@ -149,6 +149,9 @@ struct SchemaMerger {
             site = RecordID()
             try txn.put(dbs.meta, key: MetaKey.siteID, value: site.bytes)
             try txn.put(dbs.meta, key: MetaKey.dataFile, value: Self.encoded(dataFile))
+            // Stores of this directory open already (here or in another process) notice a new
+            // schema generation at their next write, and read the new site then.
+            try txn.put(dbs.meta, key: MetaKey.schemaGeneration, uint64: (try txn.uint64(dbs.meta, key: MetaKey.schemaGeneration) ?? 0) + 1)
         } else if stored.map({ !$0.hasBirth && dataFile.hasBirth }) ?? true {
             // Kept for the first time (a store from before it was kept is taken as the original),
             // or now with the birth time the stored identity lacked.

@@ -254,10 +254,10 @@ extension Store {
     /// True after ``requestNewSite()``, until the next open (here or in another process)
     /// takes the new site, which ``siteID`` then returns.
     public func isNewSiteRequested() throws -> Bool {
-        try read { snapshot in
-            _ = try storedSite(snapshot.reader.txn)
-            return try snapshot.reader.txn.get(dbs.meta, key: MetaKey.newSiteRequested) != nil
-        }
+        // A write reads the newest state, and notes a new site another open took (a store open
+        // read-only writes nothing as any site).
+        if isReadOnly { return try read { try $0.reader.txn.get(dbs.meta, key: MetaKey.newSiteRequested) != nil } }
+        return try write { tx in try tx.context.txn.get(dbs.meta, key: MetaKey.newSiteRequested) != nil }
     }
 
     /// The wall clock this store uses (``StoreOptions/clock``).

@@ -108,7 +108,7 @@ public final class Store: Sendable {
     /// This replica's site id (history records it as the origin), made at creation, and made
     /// anew when the store is opened from a copy of its data file (a restored backup, a copied
     /// directory): a copy is another replica. Another open (in this process or another) may
-    /// take a new one after ``requestNewSite()``: each write, and ``isNewSiteRequested()``,
+    /// take a new one after ``requestNewSite()``: the next write, and ``isNewSiteRequested()``,
     /// read the stored one, which this then returns.
     public var siteID: RecordID { currentSite.withLock { $0 } }
     /// The stored site id as last read (see ``siteID``).
@@ -154,9 +154,14 @@ public final class Store: Sendable {
             return current
         }
         let fresh = Catalog(schema: try SchemaMerger.loadSchema(txn, dbs, path) ?? StoreSchema(), generation: generation)
-        catalogBox.withLock { box in
-            if generation > box.catalog.generation { box = (fresh, snapshot) }
+        let site = try storedSite(txn)   // a new site comes with a new generation
+        let newer = catalogBox.withLock { box in
+            guard generation > box.catalog.generation else { return false }
+            box = (fresh, snapshot)
+            return true
         }
+        // Not from an older snapshot than the newest seen: that would bring an old site back.
+        if newer { currentSite.withLock { $0 = site } }
         return fresh
     }
 
@@ -254,14 +259,14 @@ public final class Store: Sendable {
         self.catalogBox = Mutex((opened.catalog, 0))
     }
 
-    /// The site id stored now, noted as ``siteID``: another open may have taken a new one
-    /// since this store's (after ``requestNewSite()``), and writing as the old one would be
-    /// writing as the replica it was found to share its site with.
+    /// The site id stored in `txn`'s state. Another open may take a new one after
+    /// ``requestNewSite()``, and writing as the old one would be writing as the replica it was
+    /// found to share its site with: the catalog reads it into ``siteID`` when the schema
+    /// generation moves, which such an open makes it do.
     func storedSite(_ txn: some TransactionReading) throws -> RecordID {
         guard let bytes = try txn.get(dbs.meta, key: MetaKey.siteID), let site = RecordID(bytes: bytes[...]) else {
             throw StoreError(.corrupted, "store \(path): the site id is missing from meta: the store is damaged; restore it from a backup or a peer")
         }
-        currentSite.withLock { if $0 != site { $0 = site } }
         return site
     }
 
@@ -321,6 +326,9 @@ public final class Store: Sendable {
         let generation = try txn.uint64(dbs.meta, key: MetaKey.schemaGeneration) ?? 0
         let current = catalog
         if generation == current.generation { return current }
+        // A write transaction sees the newest state: its site is current.
+        let site = try storedSite(txn)
+        currentSite.withLock { $0 = site }
         return Catalog(schema: try SchemaMerger.loadSchema(txn, dbs, path) ?? StoreSchema(), generation: generation)
     }
 

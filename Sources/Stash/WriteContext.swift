@@ -61,8 +61,9 @@ final class WriteContext: FieldTagResolver {
     }
 
     convenience init(store: Store, txn: WriteTransaction, author: String?) throws {
-        self.init(path: store.path, txn: txn, dbs: store.dbs, catalog: try store.reloadCatalog(txn),
-                  siteID: try store.storedSite(txn), author: author, now: store.now)
+        let catalog = try store.reloadCatalog(txn)   // first: it notes a new site
+        self.init(path: store.path, txn: txn, dbs: store.dbs, catalog: catalog,
+                  siteID: store.siteID, author: author, now: store.now)
         keptUniqueIndexes = store.keptUniqueIndexes
     }
 
