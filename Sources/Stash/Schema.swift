@@ -134,7 +134,9 @@ public struct TypeDeclaration: Codable, Sendable {
         try c.encode(name, forKey: .name)
         try c.encode(fields, forKey: .fields)
         try c.encode(indexes, forKey: .indexes)
-        try c.encode(localOnly, forKey: .localOnly)
+        // Left out when the declaration keeps the stored flag (as a schema file without it
+        // does): written, it would turn a local-only type synced once read back.
+        if !keepsStoredLocalOnly { try c.encode(localOnly, forKey: .localOnly) }
     }
 }
 

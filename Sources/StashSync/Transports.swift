@@ -315,7 +315,9 @@ public struct RelayTransport: SyncTransport {
         catch { throw SyncError(.transportFailed, "cannot create \(folder(engine.site).path) in relay \(directory.path) (read-only, or full?): \(error.localizedDescription); changes stay pending") }
         try noteRead(by: engine)
         try cleanUp(for: engine)
-        let sources = try FileManager.default.contentsOfDirectory(at: directory, includingPropertiesForKeys: nil)
+        let sources: [URL]
+        do { sources = try FileManager.default.contentsOfDirectory(at: directory, includingPropertiesForKeys: nil) }
+        catch { throw SyncError(.transportFailed, "cannot list relay \(directory.path) (gone or unreadable since it was checked): \(error.localizedDescription); changes stay pending") }
         var result: [IncomingDelta] = []
         let myself = engine.site.description
         for sourceFolder in sources.sorted(by: { $0.lastPathComponent < $1.lastPathComponent }) {

@@ -922,3 +922,17 @@ struct GarmentWornDefault: Record, Equatable {
     static var fieldDefaults: [String: FieldValue] { ["wornAt": .date(never)] }
     static let indexes: [RecordIndex<GarmentWornDefault>] = [.index(\.wornAt)]
 }
+
+/// A schema file's type without "localOnly" keeps the store's flag; written back out (a tool
+/// that edits schema files), the declaration said `"localOnly": false`, which turned a
+/// local-only type synced once read again.
+@Suite struct SchemaFileRoundTripTests {
+    @Test func aTypeWithoutLocalOnlyStaysWithoutIt() throws {
+        let text = #"{"types": [{"name": "Secret", "fields": [{"name": "value", "kind": "string"}]}, {"name": "Note", "localOnly": false}]}"#
+        let declaration = try JSONDecoder().decode(SchemaDeclaration.self, from: Data(text.utf8))
+        let again = try JSONEncoder().encode(declaration)
+        let types = try #require(try JSONSerialization.jsonObject(with: again) as? [String: Any])["types"] as? [[String: Any]]
+        #expect(types?.first { $0["name"] as? String == "Secret" }?["localOnly"] == nil, "\(String(decoding: again, as: UTF8.self))")
+        #expect(types?.first { $0["name"] as? String == "Note" }?["localOnly"] as? Bool == false)
+    }
+}
