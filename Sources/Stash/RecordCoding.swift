@@ -279,6 +279,8 @@ final class TypeLayout: Sendable {
     let names: [String]
     let tags: [UInt16]
     let kinds: [FieldKind?]
+    /// Per field: it holds values of any kind (``FieldSchema/anyKind``).
+    let anyKinds: [Bool]
     private let slotsByName: [String: Int]
     /// The `Counter` fields (merged as PN-counters).
     let counterNames: Set<String>
@@ -294,6 +296,7 @@ final class TypeLayout: Sendable {
         names = schema.fields.map(\.name)
         tags = schema.fields.map(\.tag)
         kinds = schema.fields.map(\.kind)
+        anyKinds = schema.fields.map { $0.anyKind == true }
         slotsByName = Dictionary(schema.fields.indices.map { (schema.fields[$0].name, $0) }, uniquingKeysWith: { a, _ in a })
         counterNames = Set(schema.fields.filter { $0.counter == true }.map(\.name))
         let tagsByName = self.tagsByName

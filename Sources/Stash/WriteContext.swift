@@ -149,10 +149,10 @@ final class WriteContext: FieldTagResolver {
         let layout = try currentEncodingLayout()
         if let slot = layout.slot(of: name, hint: hint) {
             let tag = layout.tags[slot]
-            // A field of any kind (a FieldValue, a JSONValue) keeps no kind.
-            if layout.schema.fields[slot].anyKind == true { return (tag, slot) }
-            if let kind, migration?.type == encodingType { migration?.kinds[name, default: []].insert(kind) }
+            if let kind, migration?.type == encodingType, !layout.anyKinds[slot] { migration?.kinds[name, default: []].insert(kind) }
             if let kind, layout.kinds[slot] != kind {
+                // A field of any kind (a FieldValue, a JSONValue) keeps no kind.
+                if layout.anyKinds[slot] { return (tag, slot) }
                 // A migration of the type rewrites every record of it: the field takes the kind
                 // it writes (``SchemaMerger`` checks afterwards that all agree).
                 guard let stored = layout.kinds[slot], migration?.type != encodingType else {
