@@ -98,8 +98,8 @@ public struct TypeDeclaration: Codable, Sendable {
     /// Whether the type's records stay on this device (``Record/isLocalOnly``). A type turned
     /// from local-only to synced sends its stored records at the next sync.
     public var localOnly: Bool
-    /// Values for fields missing in stored records (fields added later). Not part of the JSON
-    /// form: a schema file cannot declare defaults.
+    /// Values for fields missing in stored records (fields added later). In JSON, a field's
+    /// `"default"` (a value of its kind, as `stash put` reads one).
     public var defaults: [String: FieldValue]
     /// A schema file that does not say `localOnly` keeps what the store has: a local-only
     /// type turns synced (and its records start to leave the device) only when asked.
@@ -126,13 +126,25 @@ public struct TypeDeclaration: Codable, Sendable {
         let given = try c.decodeIfPresent(Bool.self, forKey: .localOnly)
         localOnly = given ?? false
         keepsStoredLocalOnly = given == nil
-        defaults = [:]
+        var defaults: [String: FieldValue] = [:]
+        for field in fields {
+            guard let json = field.defaultJSON else { continue }
+            do { defaults[field.name] = try FieldValue.fromJSON(json, kind: field.anyKind || field.counter ? nil : field.kind, field: field.name) }
+            catch let error as StoreError {
+                throw DecodingError.dataCorruptedError(forKey: .fields, in: c, debugDescription: "the default of \(name).\(field.name): \(error.message)")
+            }
+        }
+        self.defaults = defaults
     }
 
     public func encode(to encoder: any Encoder) throws {
         var c = encoder.container(keyedBy: CodingKeys.self)
         try c.encode(name, forKey: .name)
-        try c.encode(fields, forKey: .fields)
+        try c.encode(fields.map { field in
+            var field = field
+            field.defaultJSON = defaults[field.name]?.json
+            return field
+        }, forKey: .fields)
         try c.encode(indexes, forKey: .indexes)
         // Left out when the declaration keeps the stored flag (as a schema file without it
         // does): written, it would turn a local-only type synced once read back.
@@ -142,7 +154,8 @@ public struct TypeDeclaration: Codable, Sendable {
 
 /// One field of a ``TypeDeclaration``. In JSON: `{"name": "note", "kind": "string",
 /// "optional": true}`, where `kind` is a ``FieldKind`` name, `"counter"` or `"any"`, and
-/// `optional` may be left out (false).
+/// `optional` may be left out (false); `"default": value` gives records stored before the
+/// field a value (``TypeDeclaration/defaults``).
 ///
 /// `Store.open` throws `.incompatibleSchema` for a declaration the stored records do not
 /// fit: a kind other than the stored one while a record holds a value of it (convert it with
@@ -163,6 +176,8 @@ public struct FieldDeclaration: Codable, Sendable, Equatable {
     /// Values of any kind (a ``FieldValue`` or ``JSONValue`` property). In a schema file,
     /// `"kind": "any"` declares one.
     public var anyKind: Bool
+    /// A schema file's `"default"`, read into ``TypeDeclaration/defaults`` by the type.
+    var defaultJSON: JSONValue?
 
     /// A field `name` of `kind`; declare a counter with kind `.map`.
     public init(name: String, kind: FieldKind, optional: Bool = false, counter: Bool = false, anyKind: Bool = false) {
@@ -173,10 +188,11 @@ public struct FieldDeclaration: Codable, Sendable, Equatable {
         self.anyKind = anyKind
     }
 
-    enum CodingKeys: String, CodingKey { case name, kind, optional, counter }
+    enum CodingKeys: String, CodingKey { case name, kind, optional, counter, `default` }
     public init(from decoder: any Decoder) throws {
         let c = try decoder.container(keyedBy: CodingKeys.self)
         name = try c.decode(String.self, forKey: .name)
+        defaultJSON = c.contains(.default) ? try c.decode(JSONValue.self, forKey: .default) : nil
         let kindName = try c.decode(String.self, forKey: .kind)
         anyKind = kindName == "any"
         if kindName == "counter" {
@@ -202,6 +218,7 @@ public struct FieldDeclaration: Codable, Sendable, Equatable {
         try c.encode(name, forKey: .name)
         try c.encode(anyKind ? "any" : counter ? "counter" : kind.rawValue, forKey: .kind)
         if optional { try c.encode(true, forKey: .optional) }
+        if let defaultJSON { try c.encode(defaultJSON, forKey: .default) }
     }
 }
 

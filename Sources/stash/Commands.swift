@@ -15,6 +15,8 @@ struct Init: ParsableCommand {
                        {"fields": ["name"], "unique": true}]}]}
         Kinds: bool, int, double, string, bytes, uuid, date, array, map; counter (a
         map merged per site); any (values of every kind, a FieldValue or JSONValue).
+        A field may give "default": a value (as put reads it) for records stored
+        before the field existed: {"name": "starred", "kind": "bool", "default": false}.
         A type without "localOnly" keeps what the store has (a new type is synced).
         """)
 

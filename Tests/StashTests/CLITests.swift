@@ -76,6 +76,23 @@ import StashTestSupport
         #expect(dump.status == 0 && dump.stdout.split(separator: "\n").count == 3, "\(dump.stdout) \(dump.stderr)")
     }
 
+    /// A field added by a schema file to a type with records: required, it needs a default,
+    /// which the file can now give.
+    @Test func aSchemaFileAddsARequiredFieldWithADefault() throws {
+        let dir = TemporaryDirectory()
+        let store = try StashCLI.makeStore(in: dir, schema: #"{"types": [{"name": "Memo", "fields": [{"name": "title", "kind": "string"}]}]}"#)
+        let put = try StashCLI.run("put", store, "Memo", #"{"title": "old"}"#)
+        #expect(put.status == 0, "\(put.stderr)")
+        let id = put.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+        let newer = dir.sub("newer.json")
+        try #"{"types": [{"name": "Memo", "fields": [{"name": "title", "kind": "string"}, {"name": "starred", "kind": "bool", "default": false}]}]}"#
+            .write(toFile: newer, atomically: true, encoding: .utf8)
+        let initAgain = try StashCLI.run("init", store, "--schema", newer)
+        #expect(initAgain.status == 0, "\(initAgain.stderr)")
+        let get = try StashCLI.run("get", store, "Memo", id)
+        #expect(get.status == 0 && get.stdout.contains(#""starred":false"#), "\(get.stdout) \(get.stderr)")
+    }
+
     /// The one exception: a store in an older format can only be read once upgraded. The
     /// looking commands upgraded it silently, a backup included; they say so now.
     @Test func lookingAtAStoreInAnOlderFormatSaysItUpgradesIt() throws {

@@ -935,4 +935,20 @@ struct GarmentWornDefault: Record, Equatable {
         #expect(types?.first { $0["name"] as? String == "Secret" }?["localOnly"] == nil, "\(String(decoding: again, as: UTF8.self))")
         #expect(types?.first { $0["name"] as? String == "Note" }?["localOnly"] as? Bool == false)
     }
+
+    /// A schema file could not declare field defaults at all (the JSON form had none): a field
+    /// added to a type with records had to be optional. `"default"` reads a value of the
+    /// field's kind, and is written back out.
+    @Test func aFieldDefaultInASchemaFile() throws {
+        let text = #"{"types": [{"name": "Memo", "fields": [{"name": "starred", "kind": "bool", "default": false}, {"name": "due", "kind": "date", "default": "2026-01-01T00:00:00Z"}, {"name": "title", "kind": "string"}]}]}"#
+        let declaration = try JSONDecoder().decode(SchemaDeclaration.self, from: Data(text.utf8))
+        let memo = try #require(declaration.types.first)
+        #expect(memo.defaults["starred"] == .bool(false))
+        #expect(memo.defaults["due"] == .date(Date(timeIntervalSince1970: 1_767_225_600)))
+        #expect(memo.defaults["title"] == nil)
+        let again = try JSONDecoder().decode(SchemaDeclaration.self, from: try JSONEncoder().encode(declaration))
+        #expect(again.types.first?.defaults == memo.defaults)
+        let wrong = #"{"types": [{"name": "Memo", "fields": [{"name": "starred", "kind": "bool", "default": "no"}]}]}"#
+        #expect(throws: DecodingError.self) { try JSONDecoder().decode(SchemaDeclaration.self, from: Data(wrong.utf8)) }
+    }
 }
