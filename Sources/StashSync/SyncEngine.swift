@@ -111,11 +111,14 @@ public struct SyncStatus: Sendable, CustomStringConvertible {
     public let enabled: Bool
     /// Local changes not yet delivered to the peer.
     public let pendingOutgoing: Int
-    /// The store's clock at the end of the last send or fetch that did not throw, of any
-    /// peer; nil before the first.
+    /// The store's clock at the end of the last send or fetch that did not throw: with this
+    /// peer for one peer's status (``SyncEngine/status(via:)``, ``SyncEngine/status(peer:)``
+    /// with a peer), with any for the store's (``SyncEngine/status(peer:)`` without); nil
+    /// before the first.
     public let lastSuccess: Date?
-    /// The error of the last send or fetch (or of the parked deltas retried at open), or the
-    /// deltas a fetch refused; nil after a send or fetch that went through cleanly.
+    /// The error of the last send or fetch (with this peer, or with any, as for
+    /// ``lastSuccess``; the store's also of the parked deltas retried at open), or the deltas
+    /// a fetch refused; nil after a send or fetch that went through cleanly.
     public let lastError: String?
     /// Enabled, nothing pending and no error: the only state in which to show "synced".
     public var isUpToDate: Bool { enabled && pendingOutgoing == 0 && lastError == nil }
@@ -725,7 +728,7 @@ public final class SyncEngine: Sendable {
     /// - Returns: the number of record states sent, and whether they went as a full snapshot.
     @discardableResult
     public func sendChanges(via transport: some SyncTransport) throws -> (entries: Int, fullSnapshot: Bool) {
-        try recordingOutcome {
+        try recordingOutcome(via: transport) {
             guard isEnabled else { throw SyncError(.disabled, "sync is off for store \(store.path); changes stay local") }
             guard try !store.isNewSiteRequested() else {
                 throw SyncError(.siteReused, "store \(store.path) was found to share its site \(site) with another replica; it takes a new site at its next open: reopen it, then sync")
@@ -768,7 +771,7 @@ public final class SyncEngine: Sendable {
     /// Fetches and applies what the transport has for this store, in order.
     @discardableResult
     public func fetchChanges(via transport: some SyncTransport) throws -> SyncReport {
-        try recordingOutcome(problem: { $0.refused.isEmpty ? nil : "refused: \($0.refused.joined(separator: "; "))" }) {
+        try recordingOutcome(via: transport, problem: { $0.refused.isEmpty ? nil : "refused: \($0.refused.joined(separator: "; "))" }) {
             guard isEnabled else { throw SyncError(.disabled, "sync is off for store \(store.path); nothing fetched") }
             try requestWantedFullSnapshots(via: transport)
             // Parked deltas whose schema another process has brought here apply now, and a
@@ -893,7 +896,12 @@ public final class SyncEngine: Sendable {
         } catch let error as SyncError where error.code == .transportFailed {
             _ = try? fetchChanges(via: transport)
             // The fetch recorded its own outcome: the send's failure is the one to show.
-            try? store.setMetadata(Array("\(error)".utf8), for: Self.lastErrorKey)
+            try? store.write(author: "sync") { tx in
+                try tx.setMetadata(Array("\(error)".utf8), for: Self.lastErrorKey)
+                if let site = try? transport.watermarkSite(for: self) {
+                    try tx.setMetadata(Array("\(error)".utf8), for: Self.lastErrorKey + "." + site)
+                }
+            }
             throw error
         }
         var report = try fetchChanges(via: transport)
@@ -929,18 +937,30 @@ public final class SyncEngine: Sendable {
     }
 
     /// Runs `body` and records the outcome for ``status(peer:)``: its error, or success, or
-    /// the `problem` a successful result reports (kept as the last error).
-    private func recordingOutcome<R>(problem: (R) -> String? = { _ in nil }, _ body: () throws -> R) throws -> R {
+    /// the `problem` a successful result reports (kept as the last error); for the store, and
+    /// for the other end of `transport` (its watermark's name), whose ``status(via:)`` then
+    /// shows its own.
+    private func recordingOutcome<R>(via transport: some SyncTransport, problem: (R) -> String? = { _ in nil },
+                                     _ body: () throws -> R) throws -> R {
         do {
             let result = try body()
             let trouble = problem(result)
+            let site = try? transport.watermarkSite(for: self)
             try store.write(author: "sync") { tx in
-                try tx.setMetadata(Array(String(store.clock().timeIntervalSince1970).utf8), for: Self.lastSuccessKey)
-                try tx.setMetadata(trouble.map { Array($0.utf8) }, for: Self.lastErrorKey)
+                let now = Array(String(store.clock().timeIntervalSince1970).utf8)
+                for suffix in [""] + (site.map { ["." + $0] } ?? []) {
+                    try tx.setMetadata(now, for: Self.lastSuccessKey + suffix)
+                    try tx.setMetadata(trouble.map { Array($0.utf8) }, for: Self.lastErrorKey + suffix)
+                }
             }
             return result
         } catch {
-            try? store.setMetadata(Array("\(error)".utf8), for: Self.lastErrorKey)
+            let site = try? transport.watermarkSite(for: self)
+            try? store.write(author: "sync") { tx in
+                for suffix in [""] + (site.map { ["." + $0] } ?? []) {
+                    try tx.setMetadata(Array("\(error)".utf8), for: Self.lastErrorKey + suffix)
+                }
+            }
             throw error
         }
     }
@@ -968,17 +988,26 @@ public final class SyncEngine: Sendable {
         if let peer { return try status(of: store, site: peer.description, enabled: enabled) }
         // The watermarks this store sends to (not those of sources it only reads, through a
         // relay), each with its own status: changes that came from a peer are not pending for it.
-        let statuses = try peers(of: store).filter { $0.forgotten == nil && $0.lastSent != nil }
-            .map { try status(of: store, site: $0.site, enabled: enabled) }
-        guard let behind = statuses.max(by: { $0.pendingOutgoing < $1.pendingOutgoing }) else {
-            return try status(of: store, site: PeerWatermark.relaySite, enabled: enabled)
+        let pending = try peers(of: store).filter { $0.forgotten == nil && $0.lastSent != nil }
+            .map { try status(of: store, site: $0.site, enabled: enabled, outcomeOf: nil).pendingOutgoing }
+        guard let behind = pending.max() else {
+            return try status(of: store, site: PeerWatermark.relaySite, enabled: enabled, outcomeOf: nil)
         }
-        return behind
+        // The last outcome of any sync: a failure with any peer shows here.
+        let outcome = try status(of: store, site: PeerWatermark.relaySite, enabled: enabled, outcomeOf: nil)
+        return SyncStatus(enabled: enabled, pendingOutgoing: behind, lastSuccess: outcome.lastSuccess, lastError: outcome.lastError)
     }
 
     /// The status of the watermark named `site` (``PeerWatermark/site``, as ``peers(of:)``
-    /// lists them), read from `store` without opening sync on it.
+    /// lists them), read from `store` without opening sync on it: its pending changes, and
+    /// the last outcome of a sync with it (of any sync, until one with it is recorded).
     public static func status(of store: Store, site: String, enabled: Bool) throws -> SyncStatus {
+        try status(of: store, site: site, enabled: enabled, outcomeOf: site)
+    }
+
+    /// ``status(of:site:enabled:)`` with the last outcome recorded for the watermark named
+    /// `outcomeOf` (nil: of any sync).
+    private static func status(of store: Store, site: String, enabled: Bool, outcomeOf: String?) throws -> SyncStatus {
         let peer = RecordID(string: site)
         return try store.read { snapshot in
             let synced = Set(snapshot.schema.types.filter { !$0.localOnly }.map(\.name))
@@ -992,8 +1021,12 @@ public final class SyncEngine: Sendable {
                     pending += entry.changes.filter { synced.contains($0.type) && $0.origin != peer }.count
                 }
             }
-            let success = try snapshot.metadata(for: Self.lastSuccessKey).flatMap { Double(String(decoding: $0, as: UTF8.self)) }
-            let error = try snapshot.metadata(for: Self.lastErrorKey).map { String(decoding: $0, as: UTF8.self) }
+            var suffix = outcomeOf.map { "." + $0 } ?? ""
+            if try snapshot.metadata(for: Self.lastSuccessKey + suffix) == nil, try snapshot.metadata(for: Self.lastErrorKey + suffix) == nil {
+                suffix = ""   // nothing recorded for it yet (a store from before they were kept apart)
+            }
+            let success = try snapshot.metadata(for: Self.lastSuccessKey + suffix).flatMap { Double(String(decoding: $0, as: UTF8.self)) }
+            let error = try snapshot.metadata(for: Self.lastErrorKey + suffix).map { String(decoding: $0, as: UTF8.self) }
             return SyncStatus(enabled: enabled, pendingOutgoing: pending,
                               lastSuccess: success.map { Date(timeIntervalSince1970: $0) }, lastError: error)
         }

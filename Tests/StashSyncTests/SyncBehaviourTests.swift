@@ -508,6 +508,27 @@ import StashTestSupport
         #expect(try a.engine.status().isUpToDate)
     }
 
+    /// The last error was kept once per store: a relay over its quota showed as the error of
+    /// every peer, a direct peer synced fine included. Each peer's status shows its own; the
+    /// store's (`status()`) the last of any.
+    @Test func eachPeerShowsItsOwnLastError() throws {
+        let dir = TemporaryDirectory()
+        let fine = RelayTransport(directory: try makeRelay(dir).url)
+        let fullURL = dir.url.appendingPathComponent("full relay")
+        try FileManager.default.createDirectory(at: fullURL, withIntermediateDirectories: true)
+        let full = RelayTransport(directory: fullURL, quotaBytes: 64)
+        let a = try Device.open(dir.sub("a"), family: family)
+        let b = try Device.open(dir.sub("b"), family: family)
+        try a.store.insert(Note(title: String(repeating: "x", count: 500), body: ""))
+        try a.engine.sync(via: fine)
+        try a.sync(with: b)
+        #expect(throws: SyncError.self) { try a.engine.sync(via: full) }
+        #expect(try a.engine.status(via: full).lastError != nil)
+        #expect(try a.engine.status(via: fine).lastError == nil)
+        #expect(try a.engine.status(peer: b.engine.site).isUpToDate)
+        #expect(try a.engine.status().lastError != nil, "the store's: the last sync failed")
+    }
+
     /// The relays' status (`status()`) answers for the relay furthest behind: a forgotten one
     /// (a cloud container no longer used) no longer keeps it pending.
     @Test func aForgottenRelayLeavesTheRelaysStatus() throws {
