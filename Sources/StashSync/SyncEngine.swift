@@ -994,8 +994,8 @@ public final class SyncEngine: Sendable {
             return try status(of: store, site: PeerWatermark.relaySite, enabled: enabled, outcomeOf: nil)
         }
         // The last outcome of any sync: a failure with any peer shows here.
-        let outcome = try status(of: store, site: PeerWatermark.relaySite, enabled: enabled, outcomeOf: nil)
-        return SyncStatus(enabled: enabled, pendingOutgoing: behind, lastSuccess: outcome.lastSuccess, lastError: outcome.lastError)
+        let outcome = try store.read { try lastOutcome(in: $0, of: nil) }
+        return SyncStatus(enabled: enabled, pendingOutgoing: behind, lastSuccess: outcome.success, lastError: outcome.error)
     }
 
     /// The status of the watermark named `site` (``PeerWatermark/site``, as ``peers(of:)``
@@ -1021,15 +1021,21 @@ public final class SyncEngine: Sendable {
                     pending += entry.changes.filter { synced.contains($0.type) && $0.origin != peer }.count
                 }
             }
-            var suffix = outcomeOf.map { "." + $0 } ?? ""
-            if try snapshot.metadata(for: Self.lastSuccessKey + suffix) == nil, try snapshot.metadata(for: Self.lastErrorKey + suffix) == nil {
-                suffix = ""   // nothing recorded for it yet (a store from before they were kept apart)
-            }
-            let success = try snapshot.metadata(for: Self.lastSuccessKey + suffix).flatMap { Double(String(decoding: $0, as: UTF8.self)) }
-            let error = try snapshot.metadata(for: Self.lastErrorKey + suffix).map { String(decoding: $0, as: UTF8.self) }
-            return SyncStatus(enabled: enabled, pendingOutgoing: pending,
-                              lastSuccess: success.map { Date(timeIntervalSince1970: $0) }, lastError: error)
+            let outcome = try lastOutcome(in: snapshot, of: outcomeOf)
+            return SyncStatus(enabled: enabled, pendingOutgoing: pending, lastSuccess: outcome.success, lastError: outcome.error)
         }
+    }
+
+    /// The last success and error recorded for the watermark named `site` (nil: of any sync),
+    /// or the store's while none is recorded for it (a store from before they were kept apart).
+    private static func lastOutcome(in snapshot: StoreSnapshot, of site: String?) throws -> (success: Date?, error: String?) {
+        var suffix = site.map { "." + $0 } ?? ""
+        if try snapshot.metadata(for: Self.lastSuccessKey + suffix) == nil, try snapshot.metadata(for: Self.lastErrorKey + suffix) == nil {
+            suffix = ""
+        }
+        let success = try snapshot.metadata(for: Self.lastSuccessKey + suffix).flatMap { Double(String(decoding: $0, as: UTF8.self)) }
+        let error = try snapshot.metadata(for: Self.lastErrorKey + suffix).map { String(decoding: $0, as: UTF8.self) }
+        return (success.map { Date(timeIntervalSince1970: $0) }, error)
     }
 
     /// Every peer this store has exchanged with.
