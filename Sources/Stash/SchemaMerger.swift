@@ -79,11 +79,15 @@ struct SchemaMerger {
 
     /// The store and site ids kept in meta. - Throws: `.corrupted` when either is missing.
     private static func storedIDs<T: TransactionReading>(_ txn: T, _ dbs: StoreDatabases, _ path: String) throws -> (RecordID, RecordID) {
-        guard let store = RecordID(bytes: (try txn.get(dbs.meta, key: MetaKey.storeID) ?? [])[...]),
-              let site = RecordID(bytes: (try txn.get(dbs.meta, key: MetaKey.siteID) ?? [])[...]) else {
+        (try storedID(MetaKey.storeID, txn, dbs, path), try storedID(MetaKey.siteID, txn, dbs, path))
+    }
+
+    /// The id kept in meta under `key` (the store's or the site's). - Throws: `.corrupted` when missing.
+    static func storedID<T: TransactionReading>(_ key: [UInt8], _ txn: T, _ dbs: StoreDatabases, _ path: String) throws -> RecordID {
+        guard let id = RecordID(bytes: (try txn.get(dbs.meta, key: key) ?? [])[...]) else {
             throw StoreError(.corrupted, "store \(path): the store or site id is missing from meta: the store is damaged; restore it from a backup or a peer")
         }
-        return (store, site)
+        return id
     }
 
     /// The replicas the store was copied from, and the user's sync preference (default on).

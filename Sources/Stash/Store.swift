@@ -264,10 +264,7 @@ public final class Store: Sendable {
     /// found to share its site with: the catalog reads it into ``siteID`` when the schema
     /// generation moves, which such an open makes it do.
     func storedSite(_ txn: some TransactionReading) throws -> RecordID {
-        guard let bytes = try txn.get(dbs.meta, key: MetaKey.siteID), let site = RecordID(bytes: bytes[...]) else {
-            throw StoreError(.corrupted, "store \(path): the site id is missing from meta: the store is damaged; restore it from a backup or a peer")
-        }
-        return site
+        try SchemaMerger.storedID(MetaKey.siteID, txn, dbs, path)
     }
 
     // MARK: Transactions
