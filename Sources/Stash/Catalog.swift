@@ -49,15 +49,39 @@ final class Catalog: Sendable {
         /// Kept so the key path's identity stays unique while it is a key here.
         let keyPath: AnyKeyPath
     }
-    private let resolvedIndexes = Mutex<[ObjectIdentifier: ResolvedIndex]>([:])
+    private let resolvedIndexes = Mutex(ResolvedIndexes())
+
+    /// The first key paths resolved in a short list searched without hashing (an app counts
+    /// by a few; hashing a key costs more than comparing a dozen), the rest in a dictionary.
+    private struct ResolvedIndexes {
+        static let listed = 16
+        var keys: [ObjectIdentifier] = []
+        var indexes: [ResolvedIndex] = []
+        var more: [ObjectIdentifier: ResolvedIndex] = [:]
+
+        func find(_ key: ObjectIdentifier) -> ResolvedIndex? {
+            if let position = keys.firstIndex(of: key) { return indexes[position] }
+            return keys.count < Self.listed ? nil : more[key]
+        }
+
+        mutating func add(_ key: ObjectIdentifier, _ index: ResolvedIndex) {
+            guard find(key) == nil else { return }
+            if keys.count < Self.listed {
+                keys.append(key)
+                indexes.append(index)
+            } else {
+                more[key] = index
+            }
+        }
+    }
 
     /// The single-field index on `keyPath` of the type named `type()`, or nil when there is
     /// none. Resolved once per key path and catalog (a catalog never changes; a new schema is
     /// a new catalog), so hot counts by key path skip the name and index lookups: one lock and
-    /// one pointer-keyed lookup. O(1).
+    /// a search of a short list of pointers. O(1).
     func singleFieldIndex(_ keyPath: AnyKeyPath, type: () -> String) -> ResolvedIndex? {
         let key = ObjectIdentifier(keyPath)
-        if let hit = resolvedIndexes.withLock({ $0[key] }) { return hit }
+        if let hit = resolvedIndexes.withLock({ $0.find(key) }) { return hit }
         guard let layout = layoutsByName[type()] else { return nil }
         let name = fieldName(of: keyPath)
         guard let index = layout.schema.indexes.first(where: { $0.fields.count == 1 && $0.fields[0] == name }) else { return nil }
@@ -65,7 +89,7 @@ final class Catalog: Sendable {
         let resolved = ResolvedIndex(typeTag: layout.schema.tag, indexTag: index.tag, kind: kind,
                                      keyMatchesStoredKind: indexKeyMatchesStoredKind(Swift.type(of: keyPath).valueType, kind),
                                      keyPath: keyPath)
-        resolvedIndexes.withLock { $0[key] = resolved }
+        resolvedIndexes.withLock { $0.add(key, resolved) }
         return resolved
     }
 

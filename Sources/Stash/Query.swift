@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import StashLMDB
 
 /// What to fetch: a Foundation `#Predicate`, sort descriptors and a limit, like SwiftData's
@@ -364,7 +365,7 @@ enum PredicateAnalyzer {
     static func exactIndexCount<R: Record>(of expression: any StandardPredicateExpression<Bool>, _ descriptor: FetchDescriptor<R>,
                                            in catalog: Catalog, _ count: (KeyBytes) throws -> Int?) throws -> Int? {
         func read<E: PredicateExpression>(_ expression: E) throws -> Int?? {
-            guard let equality = E.self as? any PlannerFieldEquality.Type else { return nil }
+            guard let equality = fieldEquality(E.self) else { return nil }
             // The value is cast to the type just found (a copy: E is that type), never to an
             // existential, which would box its four words on the heap.
             func typed<T: PlannerFieldEquality>(_ type: T.Type) throws -> Int? {
@@ -377,6 +378,26 @@ enum PredicateAnalyzer {
               let key = catalog.exactIndexKey(keyPath, R.self, condition) else { return nil }
         return try count(key)
     }
+
+    /// `type`'s conformance to ``PlannerFieldEquality``, looked up once per expression type.
+    /// The runtime caches conformances too, but its lookup (a conditional conformance, in a
+    /// table keyed by type and protocol) costs several hundred instructions, a tenth of a
+    /// count, where a predicate built in every call of one shape always has the same type. An
+    /// app has few shapes: a short list, searched without hashing, holds the first 32.
+    private static func fieldEquality<E>(_ type: E.Type) -> (any PlannerFieldEquality.Type)? {
+        let key = ObjectIdentifier(type)
+        if let known = fieldEqualities.withLock({ $0.first { $0.type == key } }) { return known.conformance }
+        let conformance = type as? any PlannerFieldEquality.Type
+        fieldEqualities.withLock { if $0.count < 32 { $0.append(FieldEqualityConformance(type: key, conformance: conformance)) } }
+        return conformance
+    }
+
+    /// A metatype is immutable and global: safe to share.
+    private struct FieldEqualityConformance: @unchecked Sendable {
+        let type: ObjectIdentifier
+        let conformance: (any PlannerFieldEquality.Type)?
+    }
+    private static let fieldEqualities = Mutex<[FieldEqualityConformance]>([])
 
     /// The condition when the whole predicate is one `field == constant` (the commonest
     /// query), read without building the general analysis. nil for any other shape.
