@@ -403,14 +403,14 @@ public final class FeatureGate: Sendable {
     }
 
     /// The premium access at `reference`: the entitlement (with the offline-age rule), the
-    /// local trial and the override. No allocation.
-    func access(at reference: Int64) -> Access {
+    /// local trial and the override, from `state` (this gate's own when nil). No allocation.
+    func access(at reference: Int64, state: HotState? = nil) -> Access {
         switch configuration.override {
         case .forcePro?: return Access(isPremium: true, reason: .overridden, trialEnded: false)
         case .forceFree?: return Access(isPremium: false, reason: .overridden, trialEnded: false)
         case nil: break
         }
-        let state = hot.withLock { $0 }
+        let state = state ?? hot.withLock { $0 }
         var access = Access(isPremium: false, reason: state.origin, trialEnded: false)
         if state.summary.lifetime {
             access.isPremium = true
@@ -503,7 +503,9 @@ public final class FeatureGate: Sendable {
     /// pass a limit, because LMDB runs one write transaction at a time and the second one
     /// sees the first one's record.
     ///
-    /// Also picks up a snapshot cached by another process and saves the highest time seen.
+    /// Also picks up a snapshot cached by another process: the decision follows it at once,
+    /// and this gate keeps it once the transaction commits (not before: a write that rolls
+    /// back may have been the one that cached it). Saves the highest time seen.
     /// - Throws: ``GateError`` (the transaction rolls back): `.denied` with the
     ///   ``GateError/decision``; `.storage` when the limit counts could not be read, with the
     ///   cause in ``GateError/underlying`` (a storage fault, or a record that cannot be
@@ -511,12 +513,12 @@ public final class FeatureGate: Sendable {
     ///   `.invalidConfiguration` for a transaction of another store that lacks a limited type.
     @discardableResult
     public func authorize(_ action: GateAction, in tx: StoreTransaction) throws -> GateDecision {
-        try? refresh(from: tx)
+        let seen = try? uncommittedState(in: tx)
         _ = clockGuard.referenceMilliseconds
         try? clockGuard.save(in: tx, threshold: 1000)
         let decision: GateDecision
         do {
-            decision = try decide(action, in: tx)
+            decision = try decide(action, in: tx, state: seen)
         } catch {
             throw countingFailed(action, tx.store, error)
         }
@@ -527,9 +529,32 @@ public final class FeatureGate: Sendable {
         return decision
     }
 
-    /// ``check(_:in:)``, throwing what stopped the counts.
-    private func decide<S: StoreReading>(_ action: GateAction, in reading: S) throws -> GateDecision {
-        let access = access(at: clockGuard.referenceMilliseconds)
+    /// The entitlement state of a snapshot that `tx` sees and this gate does not hold: one
+    /// another process cached, or one an ``apply(_:)`` earlier in the same group commit wrote,
+    /// which is not committed yet and may never be. `tx` decides by it; this gate takes it up
+    /// (``refresh()``) only once `tx` has committed, so that a write that rolls back leaves
+    /// no tier in memory that the store does not hold. nil when `tx` sees what this gate holds,
+    /// or a snapshot that is not valid or older (the refresh after the commit keeps the
+    /// current one then, as ``refresh()`` always does).
+    private func uncommittedState(in tx: StoreTransaction) throws -> HotState? {
+        guard let stored = try tx.metadata(for: snapshotKey), stored != cache.withLock({ $0.storedBytes }) else { return nil }
+        tx.afterCommit { [self] in refresh() }
+        guard case .success(let snapshot) = validate(stored) else { return nil }
+        if let current = cache.withLock({ $0.snapshot }), snapshot.sequence <= current.sequence { return nil }
+        var state = hot.withLock { $0 }
+        state.summary = AccessSummary(configuration.premiumEntitlement, snapshot.transactions)
+        state.serverTime = milliseconds(snapshot.serverTime)
+        state.origin = .cached
+        if let first = try tx.metadata(for: Self.firstLaunchKey).flatMap(decodeInt64) {
+            state.firstLaunch = min(state.firstLaunch, first)
+        }
+        return state
+    }
+
+    /// ``check(_:in:)``, throwing what stopped the counts; `state` in place of this gate's
+    /// own entitlement state (``uncommittedState(in:)``).
+    private func decide<S: StoreReading>(_ action: GateAction, in reading: S, state: HotState? = nil) throws -> GateDecision {
+        let access = access(at: clockGuard.referenceMilliseconds, state: state)
         saveClockInBackgroundIfMoved()
         if let decision = decideWithoutCounts(action, access) { return decision }
         return try decideCreation(action, access, reading)
