@@ -87,8 +87,9 @@ public struct SyncReport: Sendable, CustomStringConvertible {
     /// delta is retried, are not reported here.
     public var uniqueClashes: [UniqueClash] = []
     /// Deltas refused (corrupt, unauthenticated, of a newer format, holding versions no
-    /// replica accepts...), with why: they stay with the transport, and their source's later
-    /// deltas wait behind them. Other sources' deltas are applied all the same.
+    /// replica accepts...) or that the transport could not read, with why: they stay with the
+    /// transport, and their source's later deltas wait behind them. Other sources' deltas are
+    /// applied all the same.
     public var refused: [String] = []
     /// The peer had fallen behind purged history and got a full-state snapshot.
     public var sentFullSnapshot = false
@@ -791,6 +792,11 @@ public final class SyncEngine: Sendable {
             let incoming = try transport.incoming(for: self)
             let runs = Self.joiningRuns(incoming) { run in parkedSources.contains(run[0].source) ? nil : joined(run) }
             for (incoming, members) in runs where !blocked.contains(incoming.source) {
+                if let problem = incoming.problem {
+                    report.refused.append("\(incoming.name): \(problem)")
+                    blocked.insert(incoming.source)
+                    continue
+                }
                 let outcome: ApplyOutcome
                 do {
                     outcome = try apply(incoming.data, name: incoming.name)
@@ -858,7 +864,7 @@ public final class SyncEngine: Sendable {
     func joined(_ run: [IncomingDelta]) -> IncomingDelta? {
         var deltas: [Delta] = []
         for item in run {
-            guard let delta = try? Delta(decoding: item.data, key: key, name: item.name) else { return nil }
+            guard item.problem == nil, let delta = try? Delta(decoding: item.data, key: key, name: item.name) else { return nil }
             deltas.append(delta)
         }
         guard var joined = deltas.first, let last = deltas.last else { return nil }

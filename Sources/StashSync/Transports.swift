@@ -38,6 +38,9 @@ public struct IncomingDelta: Sendable {
     public let source: RecordID
     /// The encoded delta (``Delta/encoded(key:)``), as ``SyncEngine/apply(_:name:)`` takes it.
     public let data: Data
+    /// Why the delta cannot be read now (a relay file the process may not open, an I/O
+    /// error), for one made with ``init(name:source:unreadable:)``; nil for a delta to apply.
+    public let problem: String?
     let onConsumed: @Sendable (ApplyOutcome) throws -> Void
 
     /// A delta offered by a transport. `onConsumed` is called with the outcome (applied,
@@ -49,7 +52,20 @@ public struct IncomingDelta: Sendable {
         self.name = name
         self.source = source
         self.data = data
+        problem = nil
         self.onConsumed = onConsumed
+    }
+
+    /// A delta the transport holds but cannot read now. The fetch reports it (in
+    /// ``SyncReport/refused`` and so in the status's last error) and holds back its source's
+    /// later deltas behind it, as for a refused one; the transport offers it again at the next
+    /// fetch. Without it the source's changes stopped arriving with no error anywhere.
+    public init(name: String, source: RecordID, unreadable problem: String) {
+        self.name = name
+        self.source = source
+        data = Data()
+        self.problem = problem
+        onConsumed = { _ in }
     }
 
     func consumed(_ outcome: ApplyOutcome) throws { try onConsumed(outcome) }
@@ -304,7 +320,8 @@ public struct RelayTransport: SyncTransport {
     /// one). Also registers the store as a reader (`DIR/<site>/seen`), deletes its own files
     /// every reader has acknowledged, and asks a source for a full snapshot when its files
     /// needed here are gone. Each file is acknowledged (`DIR/<source>/acks/<site>`) once
-    /// applied, parked ones excepted. An unreadable file holds back its source's later files.
+    /// applied, parked ones excepted. A file that cannot be read is offered as unreadable
+    /// (``IncomingDelta/init(name:source:unreadable:)``) and holds back its source's later files.
     /// - Throws: `.transportFailed` when the directory is missing or the store's folder or
     ///   its notes cannot be written.
     public func incoming(for engine: SyncEngine) throws -> [IncomingDelta] {
@@ -357,9 +374,19 @@ public struct RelayTransport: SyncTransport {
             }
             if let full { files = files.filter { $0.to > full.to || $0.url == full.url } }
             for file in files where file.to > received || file.url == full?.url {
-                // A file that cannot be read (gone since the listing, unreadable) holds back
-                // only its source's files, until the next fetch.
-                guard let data = try? Data(contentsOf: file.url) else { break }
+                // A file that cannot be read holds back only its source's files, until the next
+                // fetch: one gone since the listing (its source cleaned it up) silently, any
+                // other failure reported, or the source's changes would stop with no word.
+                let data: Data
+                do {
+                    data = try Data(contentsOf: file.url)
+                } catch {
+                    if FileManager.default.fileExists(atPath: file.url.path) {
+                        result.append(IncomingDelta(name: file.url.lastPathComponent, source: source,
+                                                    unreadable: "cannot read \(file.url.path): \(error.localizedDescription); it is read again at the next fetch"))
+                    }
+                    break
+                }
                 let ackDirectory = sourceFolder.appendingPathComponent("acks")
                 let to = file.to
                 result.append(IncomingDelta(name: file.url.lastPathComponent, source: source, data: data) { outcome in

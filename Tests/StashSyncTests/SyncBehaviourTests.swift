@@ -1020,6 +1020,45 @@ import StashTestSupport
         #expect(try b.store.fetch(FetchDescriptor<Note>()).map(\.title).sorted() == ["from a", "from c"])
     }
 
+    /// A relay file that cannot be read (here a folder where the file should be; on a device,
+    /// a file the process may not open or an I/O error) held back its source's changes with no
+    /// error anywhere: the fetch went through "cleanly" sync after sync. It is reported as
+    /// refused (the status's last error, `stash sync` fails), the source's later files wait
+    /// behind it, and once it reads again everything applies.
+    @Test func anUnreadableRelayFileIsReportedNotSilentlySkipped() throws {
+        let dir = TemporaryDirectory()
+        let (relayURL, relay) = try makeRelay(dir)
+        let a = try Device.open(dir.sub("a"), family: family)
+        let b = try Device.open(dir.sub("b"), family: family)
+        _ = try b.engine.fetchChanges(via: relay)   // a known reader: a keeps its files for b
+        try a.store.insert(Note(title: "first", body: ""))
+        try a.engine.sync(via: relay)
+        try a.store.insert(Note(title: "second", body: ""))
+        try a.engine.sync(via: relay)
+        let folder = relayURL.appendingPathComponent(a.engine.site.description)
+        let files = try FileManager.default.contentsOfDirectory(atPath: folder.path).filter { $0.hasSuffix(".delta") }.sorted()
+        try #require(files.count == 2, "one file per send: \(files)")
+        let first = folder.appendingPathComponent(files[0])
+        let aside = dir.url.appendingPathComponent("aside.delta")
+        try FileManager.default.moveItem(at: first, to: aside)
+        try FileManager.default.createDirectory(at: first, withIntermediateDirectories: false)
+
+        let report = try b.engine.fetchChanges(via: relay)
+        #expect(report.refused.count == 1)
+        #expect(report.refused.first?.contains(files[0]) == true)
+        #expect(report.receivedEntries == 0, "the second file waits behind the first")
+        #expect(try b.store.count(Note.self) == 0)
+        let status = try b.engine.status(via: relay)
+        #expect(status.lastError?.contains("cannot read") == true, "\(status)")
+
+        try FileManager.default.removeItem(at: first)
+        try FileManager.default.moveItem(at: aside, to: first)
+        let healed = try b.engine.fetchChanges(via: relay)
+        #expect(healed.refused.isEmpty)
+        #expect(try b.store.count(Note.self) == 2)
+        #expect(try b.engine.status(via: relay).lastError == nil)
+    }
+
     /// Sync writes to its store: a store opened read-only is refused at once (before, a send
     /// changed the transport and failed only when it recorded what it had sent).
     @Test func syncRefusesAReadOnlyStore() throws {
