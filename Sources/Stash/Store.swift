@@ -272,11 +272,11 @@ public final class Store: Sendable {
     /// Runs `body` in one write transaction: every record, index, count and the history entry
     /// it produces commit together when `body` returns, or not at all when it throws.
     ///
-    /// `body` may run more than once (when the map grows), so it must only change the store.
-    /// Writes from several threads are serialized, and those that queue behind a commit are
-    /// committed together (group commit): `body` then runs in a nested transaction, possibly
-    /// on another writer's thread, sees the writes committed before it in the group, and
-    /// rolls back alone when it throws. The call returns once its changes are durable (at the
+    /// `body` may run more than once (when the map grows, or when another write of its group
+    /// commit throws), so it must only change the store. Writes from several threads are
+    /// serialized, and those that queue behind a commit are committed together (group
+    /// commit): `body` then runs in the group's transaction, possibly on another writer's
+    /// thread, sees the writes before it in the group, and rolls back alone when it throws. The call returns once its changes are durable (at the
     /// store's ``Durability``).
     /// The closure of a caller isolated to an actor (`@MainActor` code, an actor's method)
     /// runs on the caller's thread, alone in its transaction, never in another writer's group.
