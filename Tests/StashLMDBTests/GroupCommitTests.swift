@@ -4,8 +4,8 @@ import StashTestSupport
 import Synchronization
 import Testing
 
-/// Group commit: writers that wait while a commit is in progress are committed together,
-/// each in its own nested transaction of one LMDB transaction.
+/// Group commit: writers that wait while a commit is in progress are committed together in
+/// one LMDB transaction (each in a nested transaction of its own once one of them throws).
 @Suite struct GroupCommitTests {
     /// Holds the write lock with a closure that waits for `release`, queues `writers` more
     /// writes from other threads behind it, then lets them all go. Returns the environment's
@@ -101,10 +101,14 @@ import Testing
         let env = try openEnvironment(dir.path)
         let main = try env.database("main")
         let outcome = try runQueuedBehindAHeldWrite(env, writers: 6) { i, txn in
+            // Read-modify-write: the writers after a failed one must not build on its change.
+            let old = try txn.get(main, key: b("counter")).map { Int(String(decoding: $0, as: UTF8.self))! } ?? 0
+            try txn.put(main, key: b("counter"), value: b(String(old + 1)))
             try txn.put(main, key: b("writer \(i)"), value: b("x"))
             if i % 3 == 1 { throw TestAbort() }
         }
         #expect(outcome.after - outcome.before == 2)
+        #expect(try env.read { try $0.get(main, key: b("counter")) } == b("4"), "six writers, two of which failed")
         for i in 0..<6 {
             let value = try env.read { try $0.get(main, key: b("writer \(i)")) }
             if i % 3 == 1 {
