@@ -84,7 +84,7 @@ import Testing
         let env = try openEnvironment(dir.path)
         let main = try env.database("main")
         let outcome = try runQueuedBehindAHeldWrite(env, writers: 8) { i, txn in
-            // Read-modify-write: each nested transaction must see the ones before it.
+            // Read-modify-write: each writer must see the ones before it in the group.
             let old = try txn.get(main, key: b("counter")).map { Int(String(decoding: $0, as: UTF8.self))! } ?? 0
             try txn.put(main, key: b("counter"), value: b(String(old + 1)))
             try txn.put(main, key: b("writer \(i)"), value: b("x"))
