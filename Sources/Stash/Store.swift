@@ -276,8 +276,8 @@ public final class Store: Sendable {
     /// commit throws), so it must only change the store. Writes from several threads are
     /// serialized, and those that queue behind a commit are committed together (group
     /// commit): `body` then runs in the group's transaction, possibly on another writer's
-    /// thread, sees the writes before it in the group, and rolls back alone when it throws. The call returns once its changes are durable (at the
-    /// store's ``Durability``).
+    /// thread, sees the writes before it in the group, and rolls back alone when it throws.
+    /// The call returns once its changes are durable (at the store's ``Durability``).
     /// The closure of a caller isolated to an actor (`@MainActor` code, an actor's method)
     /// runs on the caller's thread, alone in its transaction, never in another writer's group.
     /// - Parameters:

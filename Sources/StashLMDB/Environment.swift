@@ -361,8 +361,9 @@ public final class Environment: @unchecked Sendable {
     /// write of a caller isolated to an actor is the exception (see `isolation`).
     ///
     /// A map-full condition is handled here (the map grows and `body` runs again), and a
-    /// group runs again when one of its closures throws, so `body` must only change the store. A write started inside a write closure throws
-    /// ``LMDBError/Code/nestedWrite`` instead of deadlocking.
+    /// group runs again when one of its closures throws, so `body` must only change the store.
+    /// A write started inside a write closure throws ``LMDBError/Code/nestedWrite`` instead of
+    /// deadlocking.
     /// - Parameter isolation: the caller's actor (filled in by the compiler). The closure of a
     ///   caller isolated to an actor (`@MainActor` code, an actor's method) runs on the
     ///   caller's own thread, alone in its transaction: run by another writer's thread it ran
