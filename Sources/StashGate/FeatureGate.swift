@@ -515,10 +515,12 @@ public final class FeatureGate: Sendable {
     public func authorize(_ action: GateAction, in tx: StoreTransaction) throws -> GateDecision {
         let seen = try? uncommittedState(in: tx)
         _ = clockGuard.referenceMilliseconds
-        try? clockGuard.save(in: tx, threshold: 1000)
+        // A clock another process settled with the snapshot seen is taken up after the
+        // commit: saving this gate's higher one now would raise it again in the store.
+        if seen?.reference == nil { try? clockGuard.save(in: tx, threshold: 1000) }
         let decision: GateDecision
         do {
-            decision = try decide(action, in: tx, state: seen)
+            decision = try decide(action, in: tx, state: seen?.state, reference: seen?.reference)
         } catch {
             throw countingFailed(action, tx.store, error)
         }
@@ -529,32 +531,47 @@ public final class FeatureGate: Sendable {
         return decision
     }
 
+    /// What a transaction sees of the entitlement that this gate does not hold yet.
+    private struct UncommittedEntitlement {
+        var state: HotState
+        /// The reference time with the clock the snapshot's apply settled (nil: this gate's).
+        var reference: Int64?
+    }
+
     /// The entitlement state of a snapshot that `tx` sees and this gate does not hold: one
     /// another process cached, or one an ``apply(_:)`` earlier in the same group commit wrote,
-    /// which is not committed yet and may never be. `tx` decides by it; this gate takes it up
+    /// which is not committed yet and may never be. `tx` decides by it, and by the clock and
+    /// first launch that apply settled (as ``refresh()`` adopts them); this gate takes them up
     /// (``refresh()``) only once `tx` has committed, so that a write that rolls back leaves
     /// no tier in memory that the store does not hold. nil when `tx` sees what this gate holds,
     /// or a snapshot that is not valid or older (the refresh after the commit keeps the
     /// current one then, as ``refresh()`` always does).
-    private func uncommittedState(in tx: StoreTransaction) throws -> HotState? {
+    private func uncommittedState(in tx: StoreTransaction) throws -> UncommittedEntitlement? {
         guard let stored = try tx.metadata(for: snapshotKey), stored != cache.withLock({ $0.storedBytes }) else { return nil }
         tx.afterCommit { [self] in refresh() }
         guard case .success(let snapshot) = validate(stored) else { return nil }
-        if let current = cache.withLock({ $0.snapshot }), snapshot.sequence <= current.sequence { return nil }
-        var state = hot.withLock { $0 }
-        state.summary = AccessSummary(configuration.premiumEntitlement, snapshot.transactions)
-        state.serverTime = milliseconds(snapshot.serverTime)
-        state.origin = .cached
+        let current = cache.withLock { $0.snapshot }
+        if let current, snapshot.sequence <= current.sequence { return nil }
+        var seen = UncommittedEntitlement(state: hot.withLock { $0 }, reference: nil)
+        seen.state.summary = AccessSummary(configuration.premiumEntitlement, snapshot.transactions)
+        seen.state.serverTime = milliseconds(snapshot.serverTime)
+        seen.state.origin = .cached
         if let first = try tx.metadata(for: Self.firstLaunchKey).flatMap(decodeInt64) {
-            state.firstLaunch = min(state.firstLaunch, first)
+            seen.state.firstLaunch = min(seen.state.firstLaunch, first)
         }
-        return state
+        // As `refresh(from:)` decides whether the stored clock was settled by this snapshot.
+        if try current != nil || tx.metadata(for: Self.clockSettledByKey) == settledMarker(snapshot.sequence),
+           let settled = try tx.metadata(for: ClockGuard.metadataKey).flatMap(decodeInt64) {
+            seen.reference = max(settled, milliseconds(clockGuard.wall()))
+        }
+        return seen
     }
 
-    /// ``check(_:in:)``, throwing what stopped the counts; `state` in place of this gate's
-    /// own entitlement state (``uncommittedState(in:)``).
-    private func decide<S: StoreReading>(_ action: GateAction, in reading: S, state: HotState? = nil) throws -> GateDecision {
-        let access = access(at: clockGuard.referenceMilliseconds, state: state)
+    /// ``check(_:in:)``, throwing what stopped the counts; `state` and `reference` in place of
+    /// this gate's own entitlement state and reference time (``uncommittedState(in:)``).
+    private func decide<S: StoreReading>(_ action: GateAction, in reading: S, state: HotState? = nil,
+                                         reference: Int64? = nil) throws -> GateDecision {
+        let access = access(at: reference ?? clockGuard.referenceMilliseconds, state: state)
         saveClockInBackgroundIfMoved()
         if let decision = decideWithoutCounts(action, access) { return decision }
         return try decideCreation(action, access, reading)

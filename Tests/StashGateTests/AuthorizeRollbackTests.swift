@@ -40,6 +40,30 @@ import Testing
         #expect(f.gate.entitlement().reason == .cached)
     }
 
+    /// Another process applied a newer snapshot that settled a clock once set ahead: a write
+    /// here decides by that snapshot and that clock at once, as it did when it took both up
+    /// before deciding, and the gate takes both up when the write commits.
+    @Test func aWriteDecidesByTheClockAnotherProcessSettled() throws {
+        let f = try Fixture(start: instant(0))
+        try f.gate.apply(try signed([Tx.subscription("t1", expires: 30 * day)], sequence: 1, server: 0))
+        let other = try FeatureGate.open(f.store, configuration: f.configuration)   // another process
+        f.clock.set(instant(365 * day))
+        // The clock read a year ahead (`referenceTime` starts no background save, which
+        // would look at the store).
+        #expect(f.gate.clockGuard.referenceTime == instant(365 * day))
+        f.clock.set(instant(day))   // put right
+        try other.apply(try signed([Tx.subscription("t1", expires: 30 * day)], sequence: 2, server: day))
+        #expect(other.tier == .premium)
+        #expect(f.gate.snapshot?.sequence == 1, "this gate has not looked at the store yet")
+        let decision = try f.store.write { tx in try f.gate.authorize(.use("sync"), in: tx) }
+        #expect(decision.isAllowed, "\(decision)")
+        #expect(f.gate.snapshot?.sequence == 2)
+        #expect(f.gate.clockGuard.referenceTime == instant(day))
+        #expect(f.gate.tier == .premium)
+        // The write did not raise the settled clock again in the store.
+        #expect(try FeatureGate.open(f.store, configuration: f.configuration).clockGuard.referenceTime == instant(day))
+    }
+
     /// A snapshot that does not verify, seen in a write: decided by the one in force, and
     /// recorded as rejected only once the write commits (as `refresh()` does).
     @Test func anInvalidSnapshotSeenInAWriteLeavesTheOneInForce() throws {
