@@ -49,31 +49,7 @@ final class Catalog: Sendable {
         /// Kept so the key path's identity stays unique while it is a key here.
         let keyPath: AnyKeyPath
     }
-    private let resolvedIndexes = Mutex(ResolvedIndexes())
-
-    /// The first key paths resolved in a short list searched without hashing (an app counts
-    /// by a few; hashing a key costs more than comparing a dozen), the rest in a dictionary.
-    private struct ResolvedIndexes {
-        static let listed = 16
-        var keys: [ObjectIdentifier] = []
-        var indexes: [ResolvedIndex] = []
-        var more: [ObjectIdentifier: ResolvedIndex] = [:]
-
-        func find(_ key: ObjectIdentifier) -> ResolvedIndex? {
-            if let position = keys.firstIndex(of: key) { return indexes[position] }
-            return keys.count < Self.listed ? nil : more[key]
-        }
-
-        mutating func add(_ key: ObjectIdentifier, _ index: ResolvedIndex) {
-            guard find(key) == nil else { return }
-            if keys.count < Self.listed {
-                keys.append(key)
-                indexes.append(index)
-            } else {
-                more[key] = index
-            }
-        }
-    }
+    private let resolvedIndexes = Mutex(IdentityTable<ResolvedIndex>())
 
     /// The single-field index on `keyPath` of the type named `type()`, or nil when there is
     /// none. Resolved once per key path and catalog (a catalog never changes; a new schema is

@@ -382,22 +382,20 @@ enum PredicateAnalyzer {
     /// `type`'s conformance to ``PlannerFieldEquality``, looked up once per expression type.
     /// The runtime caches conformances too, but its lookup (a conditional conformance, in a
     /// table keyed by type and protocol) costs several hundred instructions, a tenth of a
-    /// count, where a predicate built in every call of one shape always has the same type. An
-    /// app has few shapes: a short list, searched without hashing, holds the first 32.
+    /// count, where a predicate built in every call of one shape always has the same type.
     private static func fieldEquality<E>(_ type: E.Type) -> (any PlannerFieldEquality.Type)? {
         let key = ObjectIdentifier(type)
-        if let known = fieldEqualities.withLock({ $0.first { $0.type == key } }) { return known.conformance }
+        if let known = fieldEqualities.withLock({ $0.find(key) }) { return known.conformance }
         let conformance = type as? any PlannerFieldEquality.Type
-        fieldEqualities.withLock { if $0.count < 32 { $0.append(FieldEqualityConformance(type: key, conformance: conformance)) } }
+        fieldEqualities.withLock { $0.add(key, FieldEqualityConformance(conformance: conformance)) }
         return conformance
     }
 
     /// A metatype is immutable and global: safe to share.
     private struct FieldEqualityConformance: @unchecked Sendable {
-        let type: ObjectIdentifier
         let conformance: (any PlannerFieldEquality.Type)?
     }
-    private static let fieldEqualities = Mutex<[FieldEqualityConformance]>([])
+    private static let fieldEqualities = Mutex(IdentityTable<FieldEqualityConformance>())
 
     /// The condition when the whole predicate is one `field == constant` (the commonest
     /// query), read without building the general analysis. nil for any other shape.

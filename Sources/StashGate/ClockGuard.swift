@@ -72,9 +72,14 @@ public final class ClockGuard: Sendable {
     /// Takes the stored highest time as it is, lower or not: what another process settled
     /// together with the newer snapshot this process has just read (``settle(at:in:)``).
     func adopt<S: StoreReading>(from reading: S) throws {
-        guard let value = try reading.metadata(for: Self.metadataKey).flatMap(decodeInt64) else { return }
+        guard let value = try Self.stored(in: reading) else { return }
         lower(to: value)
         observe(value)
+    }
+
+    /// The highest time seen as `reading` holds it (ms), nil when none was saved.
+    static func stored<S: StoreReading>(in reading: S) throws -> Int64? {
+        try reading.metadata(for: metadataKey).flatMap(decodeInt64)
     }
 
     private func lower(to instant: Int64) {
@@ -93,7 +98,7 @@ public final class ClockGuard: Sendable {
 
     /// Reads the persisted highest time in `reading` and observes it.
     func load<S: StoreReading>(from reading: S) throws {
-        if let bytes = try reading.metadata(for: Self.metadataKey), let value = decodeInt64(bytes) {
+        if let value = try Self.stored(in: reading) {
             observe(value)
             raiseSaved(to: value)
         }
@@ -107,7 +112,7 @@ public final class ClockGuard: Sendable {
         let value = highest.load(ordering: .acquiring)
         let last = saved.load(ordering: .acquiring)
         if last != Int64.min && millisecondsBetween(value, last) < max(threshold, 1) { return }
-        let stored = try tx.metadata(for: Self.metadataKey).flatMap(decodeInt64) ?? Int64.min
+        let stored = try Self.stored(in: tx) ?? Int64.min
         if stored > value { observe(stored) }
         let newest = max(stored, value)
         if newest == stored {

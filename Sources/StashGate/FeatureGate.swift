@@ -345,16 +345,21 @@ public final class FeatureGate: Sendable {
         let before = cache.withLock { $0.snapshot?.sequence }
         load(stored, origin: .cached, keepValidOnFailure: true)
         guard let now = cache.withLock({ $0.snapshot?.sequence }), before.map({ now > $0 }) ?? true else { return }
-        // Another process applied a newer snapshot, and settled the clock with it. Every apply
-        // newer than a snapshot in force settles; from none, the one loaded may be the first
-        // ever, which settles nothing (it vouches for no time): the marker tells.
-        if try before != nil || reading.metadata(for: Self.clockSettledByKey) == settledMarker(now) {
+        if try clockSettled(by: now, replacingOne: before != nil, in: reading) {
             try clockGuard.adopt(from: reading)
         }
         // It may have brought the first launch down too (never up: the minimum is kept).
         if let first = try reading.metadata(for: Self.firstLaunchKey).flatMap(decodeInt64) {
             hot.withLock { $0.firstLaunch = min($0.firstLaunch, first) }
         }
+    }
+
+    /// Whether the stored clock was settled by snapshot `sequence`, newer than the one in force
+    /// (`replacingOne`) or than none. Another process that applied it settled the clock with
+    /// it: every apply newer than a snapshot in force settles; from none, the snapshot may be
+    /// the first ever, which settles nothing (it vouches for no time): the marker tells.
+    private func clockSettled<S: StoreReading>(by sequence: UInt64, replacingOne: Bool, in reading: S) throws -> Bool {
+        try replacingOne || reading.metadata(for: Self.clockSettledByKey) == settledMarker(sequence)
     }
 
     /// The value of ``clockSettledByKey`` once snapshot `sequence` of this gate's user
@@ -559,9 +564,8 @@ public final class FeatureGate: Sendable {
         if let first = try tx.metadata(for: Self.firstLaunchKey).flatMap(decodeInt64) {
             seen.state.firstLaunch = min(seen.state.firstLaunch, first)
         }
-        // As `refresh(from:)` decides whether the stored clock was settled by this snapshot.
-        if try current != nil || tx.metadata(for: Self.clockSettledByKey) == settledMarker(snapshot.sequence),
-           let settled = try tx.metadata(for: ClockGuard.metadataKey).flatMap(decodeInt64) {
+        if try clockSettled(by: snapshot.sequence, replacingOne: current != nil, in: tx),
+           let settled = try ClockGuard.stored(in: tx) {
             seen.reference = max(settled, milliseconds(clockGuard.wall()))
         }
         return seen
