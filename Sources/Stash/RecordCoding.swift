@@ -317,11 +317,17 @@ final class TypeLayout: Sendable {
     ///
     /// Coders visit a type's fields in the same order every time, so a caller passes the
     /// position after the previous field as `hint`; when it matches (almost always), no
-    /// string is hashed, only compared. O(1).
+    /// string is hashed, only compared. Otherwise a type of few fields is searched by length
+    /// first (held in the string itself: names of other lengths cost no comparison), and a
+    /// larger one through its dictionary: a merge visits a record state's fields in its
+    /// dictionary's order, which is another one for every state. O(1).
     @inline(__always)
     func slot(of name: String, hint: Int) -> Int? {
         if hint < names.count, names[hint] == name { return hint }
-        return slotsByName[name]
+        guard names.count <= 16 else { return slotsByName[name] }
+        let length = name.utf8.count
+        for slot in names.indices where names[slot].utf8.count == length && names[slot] == name { return slot }
+        return nil
     }
 }
 

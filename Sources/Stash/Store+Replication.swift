@@ -18,12 +18,21 @@ func loadRecordState<T: TransactionReading>(_ txn: T, _ dbs: StoreDatabases, _ l
 
 /// ``loadRecordState(_:_:_:_:site:path:)``, and whether anything at all is stored under the
 /// id (a record or its versions).
+///
+/// `versionedOnly`: every stored record has a versions entry (a delete leaves its tombstone
+/// there; `verify` checks the rule), so an id without one is not looked for in `records`: one
+/// lookup instead of two for an id new here. A merge passes it; the put that follows refuses
+/// to overwrite a record a damaged store keeps without versions.
 func loadStoredRecordState<T: TransactionReading>(_ txn: T, _ dbs: StoreDatabases, _ layout: TypeLayout,
-                                                  _ id: RecordID, site: RecordID, path: String) throws -> (state: RecordState, stored: Bool) {
+                                                  _ id: RecordID, site: RecordID, path: String,
+                                                  versionedOnly: Bool = false) throws -> (state: RecordState, stored: Bool) {
     let key = StoreKeys.record(layout.schema.tag, id)
     let versions: RecordVersions?
     do { versions = try txn.get(dbs.versions, key: key).map { try RecordVersions(decoding: $0) } }
     catch { throw StoreError(.corrupted, "store \(path): versions of \(layout.schema.name) \(id) cannot be decoded: \(error)") }
+    if versions == nil, versionedOnly {
+        return (RecordState(type: layout.schema.name, id: id, incarnation: nil, tombstone: nil, fields: [:]), false)
+    }
     var fields: [String: FieldState] = [:]
     let bytes = try txn.get(dbs.records, key: key)
     if let bytes {

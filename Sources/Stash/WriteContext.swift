@@ -556,7 +556,7 @@ final class WriteContext: FieldTagResolver {
             }
             try observe(latest)
         }
-        let (local, stored) = try loadStoredRecordState(txn, dbs, layout, remote.id, site: siteID, path: path)
+        let (local, stored) = try loadStoredRecordState(txn, dbs, layout, remote.id, site: siteID, path: path, versionedOnly: true)
         let merged = local.merged(with: remote, counters: layout.counterNames)
         if merged == local { return false }
         // With nothing stored under this id (no record, no versions), the write need not look again.
@@ -566,8 +566,7 @@ final class WriteContext: FieldTagResolver {
     private func write(_ state: RecordState, _ layout: TypeLayout, origin: RecordID, absent: Bool) throws -> Bool {
         encodingType = layout.schema.name
         encodingLayout = layout
-        var fieldVersions: [UInt16: Version] = [:]
-        fieldVersions.reserveCapacity(state.fields.count)
+        var fieldVersions = [UInt16: Version](minimumCapacity: state.fields.count)
         var values: [(slot: Int, tag: UInt16, value: FieldValue)] = []
         values.reserveCapacity(state.fields.count)
         for (name, field) in state.fields {

@@ -237,8 +237,9 @@ extension Delta {
             let incarnation = entryFlags & 1 != 0 ? try version() : nil
             let tombstone = entryFlags & 2 != 0 ? try version() : nil
             let fieldCount = try r.count()
-            var fields: [String: FieldState] = [:]
-            fields.reserveCapacity(min(fieldCount, 256))
+            // Allocated at its size at once (`reserveCapacity` on an empty dictionary goes
+            // through a resize: a second allocation per record).
+            var fields = [String: FieldState](minimumCapacity: min(fieldCount, 256))
             for _ in 0..<fieldCount {
                 let fieldName = try string()
                 let v = try version()

@@ -158,6 +158,45 @@ import StashTestSupport
         #expect(problems.count == 1 && problems[0].contains("no versions entry"), "\(problems)")
     }
 
+    /// A merge looks for the id's versions only, as an insert does. A remote state of a record
+    /// that a damaged store keeps without versions must fail as corrupted, not replace the record
+    /// behind its index entry.
+    @Test func aMergeOverARecordWithoutVersionsFailsCleanly() throws {
+        let dir = TemporaryDirectory()
+        let store = try Store.open(at: dir.path, types: [Home.self, Item.self])
+        let home = Home(name: "h")
+        let item = Item(homeID: home.id, name: "original", category: "c", wearCount: 1, price: 1)
+        try store.write { tx in
+            try tx.insert(home)
+            try tx.insert(item)
+        }
+        var remote = try store.read { try $0.recordState(typeNamed: "Item", id: item.id) }
+        let later = Version(clock: try #require(remote.latestVersion).clock + 1_000, site: RecordID())
+        remote.incarnation = later
+        remote.fields["name"] = FieldState(value: .string("from the peer"), version: later)
+
+        let env = try Environment.open(path: dir.path)
+        let versions = try env.database("versions")
+        let victim = Self.bytes(item.id)
+        try env.write { txn in
+            var key: [UInt8]?
+            try txn.scan(versions, from: ScanStart<[UInt8]>.first) { k, _ in
+                if k.suffix(16).elementsEqual(victim) { key = k; return false }
+                return true
+            }
+            #expect(try txn.delete(versions, key: try #require(key)))
+        }
+
+        let merge = { () throws -> Void in try store.write { tx in _ = try tx.merge(remote, origin: later.site) } }
+        let error = thrownError(merge) as? StoreError
+        #expect(error?.code == .corrupted)
+        #expect(error?.message.contains("verify") == true)
+        #expect(try store.get(Item.self, id: item.id) == item)
+        #expect(try store.count(Item.self, where: \.homeID, equals: item.homeID) == 1)
+        let problems = try store.verify().problems
+        #expect(problems.count == 1 && problems[0].contains("no versions entry"), "\(problems)")
+    }
+
     /// History entries are never overwritten: should a damaged `meta` send the next sequence
     /// number back onto an existing entry, the write fails as corrupted and the entry stays.
     @Test func aSequenceSentBackIsReportedNotOverwritten() throws {
