@@ -118,18 +118,7 @@ import StashTestSupport
             try tx.insert(home)
             try tx.insert(item)
         }
-        // The store's environment (one per path): drop the item's versions behind its back.
-        let env = try Environment.open(path: dir.path)
-        let versions = try env.database("versions")
-        let victim = Self.bytes(item.id)
-        try env.write { txn in
-            var key: [UInt8]?
-            try txn.scan(versions, from: ScanStart<[UInt8]>.first) { k, _ in
-                if k.suffix(16).elementsEqual(victim) { key = k; return false }
-                return true
-            }
-            #expect(try txn.delete(versions, key: try #require(key)))
-        }
+        try Self.dropVersions(of: item.id, in: dir.path)
         #expect(try store.verify().problems.contains { $0.contains("no versions entry") })
 
         var again = item
@@ -158,6 +147,22 @@ import StashTestSupport
         #expect(problems.count == 1 && problems[0].contains("no versions entry"), "\(problems)")
     }
 
+    /// Deletes the versions entry of record `id` behind the store's back, through the store's
+    /// environment (one per path): a damaged store that keeps a record without versions.
+    static func dropVersions(of id: RecordID, in path: String) throws {
+        let env = try Environment.open(path: path)
+        let versions = try env.database("versions")
+        let victim = bytes(id)
+        try env.write { txn in
+            var key: [UInt8]?
+            try txn.scan(versions, from: ScanStart<[UInt8]>.first) { k, _ in
+                if k.suffix(16).elementsEqual(victim) { key = k; return false }
+                return true
+            }
+            #expect(try txn.delete(versions, key: try #require(key)))
+        }
+    }
+
     /// A merge looks for the id's versions only, as an insert does. A remote state of a record
     /// that a damaged store keeps without versions must fail as corrupted, not replace the record
     /// behind its index entry.
@@ -174,18 +179,7 @@ import StashTestSupport
         let later = Version(clock: try #require(remote.latestVersion).clock + 1_000, site: RecordID())
         remote.incarnation = later
         remote.fields["name"] = FieldState(value: .string("from the peer"), version: later)
-
-        let env = try Environment.open(path: dir.path)
-        let versions = try env.database("versions")
-        let victim = Self.bytes(item.id)
-        try env.write { txn in
-            var key: [UInt8]?
-            try txn.scan(versions, from: ScanStart<[UInt8]>.first) { k, _ in
-                if k.suffix(16).elementsEqual(victim) { key = k; return false }
-                return true
-            }
-            #expect(try txn.delete(versions, key: try #require(key)))
-        }
+        try Self.dropVersions(of: item.id, in: dir.path)
 
         let merge = { () throws -> Void in try store.write { tx in _ = try tx.merge(remote, origin: later.site) } }
         let error = thrownError(merge) as? StoreError
