@@ -341,8 +341,11 @@ struct RecordVersions: Equatable {
         }
         incarnation = flags & 1 != 0 ? try version() : nil
         tombstone = flags & 2 != 0 ? try version() : nil
-        var fields: [UInt16: Version] = [:]
-        for _ in 0..<(try r.varint()) {
+        let count = try r.varint()
+        // Each field takes at least two bytes: a count past that is refused before any allocation.
+        guard count <= UInt64(bytes.count) else { throw RecordFormatError(reason: "bad field count") }
+        var fields = [UInt16: Version](minimumCapacity: Int(count))
+        for _ in 0..<count {
             let tag = UInt16(truncatingIfNeeded: try r.varint())
             fields[tag] = try version()
         }

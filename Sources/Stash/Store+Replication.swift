@@ -39,6 +39,8 @@ func loadStoredRecordState<T: TransactionReading>(_ txn: T, _ dbs: StoreDatabase
         let record: EncodedRecord
         do { record = try EncodedRecord(bytes) }
         catch { throw StoreError(.corrupted, "store \(path): \(layout.schema.name) \(id) cannot be decoded: \(error)") }
+        // At its size at once: grown field by field, it was reallocated three times a record.
+        fields = Dictionary(minimumCapacity: max(record.fields.count, versions?.fields.count ?? 0))
         let fallback = versions?.incarnation ?? Version(clock: 0, site: site)
         for (tag, value) in try record.values() {
             guard let name = layout.schema.field(tagged: tag)?.name else { continue }

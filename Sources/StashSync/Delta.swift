@@ -98,16 +98,28 @@ extension Delta {
             strings.append(s); stringIndex[s] = strings.count - 1
             return strings.count - 1
         }
+        // Most versions of a delta come from one site, one after the other: the last one's
+        // number is at hand without hashing.
+        var lastSite: (id: RecordID, index: Int)?
         func site(_ s: RecordID) -> Int {
-            if let i = siteIndex[s] { return i }
-            sites.append(s); siteIndex[s] = sites.count - 1
-            return sites.count - 1
+            if let lastSite, lastSite.id == s { return lastSite.index }
+            let index: Int
+            if let i = siteIndex[s] { index = i } else {
+                sites.append(s); siteIndex[s] = sites.count - 1
+                index = sites.count - 1
+            }
+            lastSite = (s, index)
+            return index
         }
         // Entries first into their own buffer, so the tables they reference are complete.
         var body = DeltaByteWriter()
         body.bytes.reserveCapacity(64 + entries.count * 384)
         body.varint(UInt64(entries.count))
-        var names: [String] = []
+        // Each entry's fields in name order (the encoding is canonical), with the string
+        // number of each name; records of one type mostly have the same fields, so the previous
+        // entry's numbers serve by position, found with a comparison instead of a hash lookup.
+        var fields: [(name: String, state: FieldState)] = []
+        var previousNames: [(name: String, index: Int)] = []
         for entry in entries {
             body.varint(UInt64(string(entry.type)))
             body.id(entry.id)
@@ -120,13 +132,19 @@ extension Delta {
                 body.varint(tombstone.clock)
                 body.varint(UInt64(site(tombstone.site)))
             }
-            names.removeAll(keepingCapacity: true)
-            names.append(contentsOf: entry.fields.keys)
-            names.sort()
-            body.varint(UInt64(names.count))
-            for name in names {
-                let field = entry.fields[name]!
-                body.varint(UInt64(string(name)))
+            fields.removeAll(keepingCapacity: true)
+            for (name, state) in entry.fields { fields.append((name, state)) }
+            fields.sort { $0.name < $1.name }
+            body.varint(UInt64(fields.count))
+            for (position, (name, field)) in fields.enumerated() {
+                let index: Int
+                if position < previousNames.count, previousNames[position].name == name {
+                    index = previousNames[position].index
+                } else {
+                    index = string(name)
+                    if position < previousNames.count { previousNames[position] = (name, index) } else { previousNames.append((name, index)) }
+                }
+                body.varint(UInt64(index))
                 body.varint(field.version.clock)
                 body.varint(UInt64(site(field.version.site)))
                 RecordValueCoding.append(field.value, to: &body.bytes)
