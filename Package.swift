@@ -45,7 +45,7 @@ let package = Package(
         .target(name: "StashTestSupport", path: "Tests/StashTestSupport"),
         .testTarget(name: "StashLMDBTests", dependencies: ["StashLMDB", "StashTestSupport"]),
         .testTarget(name: "StashTests", dependencies: ["Stash", "StashLMDB", "StashTestSupport"]),
-        .testTarget(name: "StashSyncTests", dependencies: ["StashSync", "Stash", "StashTestSupport",
+        .testTarget(name: "StashSyncTests", dependencies: ["StashSync", "Stash", "StashLMDB", "StashTestSupport",
                                                      .product(name: "Crypto", package: "swift-crypto")]),
         .testTarget(name: "StashGateTests", dependencies: ["StashGate", "Stash", "StashSync", "StashTestSupport"]),
     ],

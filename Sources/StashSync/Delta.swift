@@ -189,17 +189,43 @@ extension Delta {
     ///   match), `.unsupportedVersion`, `.unauthenticated`, `.unreadableDelta` (intact, but
     ///   holding what this library cannot read).
     public init(decoding data: Data, key: SyncKey?, name: String = "delta") throws {
+        var reader = try DeltaReader(data, key: key, name: name)
+        let entries = try reader.entries(upTo: reader.remaining)
+        let counterFields = try reader.finish()
+        self = reader.header
+        self.entries = entries
+        self.counterFields = counterFields
+    }
+}
+
+/// A delta being read: its header and tables are read and checked (checksum, authentication)
+/// when it is made, its entries after, in batches. ``Delta/init(decoding:key:name:)`` reads
+/// them all at once; a large import reads them on another thread while it merges the ones
+/// before (``DeltaEntryStream``).
+struct DeltaReader: Sendable {
+    /// The delta without its entries (empty) and counter fields (nil): what the header says.
+    private(set) var header: Delta
+    /// The entries not read yet.
+    private(set) var remaining: Int
+    private var r: DeltaByteReader
+    private let strings: [String]
+    private let sites: [RecordID]
+    private let format: UInt8
+
+    /// Reads and checks everything before the entries.
+    /// - Throws: as ``Delta/init(decoding:key:name:)``.
+    init(_ data: Data, key: SyncKey?, name: String) throws {
         let bytes = [UInt8](data)
         func corrupt(_ why: String) -> SyncError { SyncError(.corruptDelta, "\(name) is not a valid delta: \(why)") }
-        guard bytes.count >= Self.headerSize + 2 + 32 else { throw corrupt("\(bytes.count) bytes is too short") }
-        guard Array(bytes[0..<4]) == Self.magic else { throw corrupt("wrong magic") }
+        guard bytes.count >= Delta.headerSize + 2 + 32 else { throw corrupt("\(bytes.count) bytes is too short") }
+        guard Array(bytes[0..<4]) == Delta.magic else { throw corrupt("wrong magic") }
         let checksumStart = bytes.count - 32
         guard SHA256.hash(data: bytes[0..<checksumStart]).elementsEqual(bytes[checksumStart...]) else {
             throw corrupt("checksum mismatch (damaged or truncated)")
         }
         let format = bytes[4]
-        guard format == 1 || format == Self.formatVersion else {
-            throw SyncError(.unsupportedVersion, "\(name) has delta format \(bytes[4]); this library reads format \(Self.formatVersion); upgrade Stash")
+        guard format == 1 || format == Delta.formatVersion else {
+            throw SyncError(.unsupportedVersion, "\(name) has delta format \(bytes[4]); this library reads format \(Delta.formatVersion); upgrade Stash")
         }
         let flags = bytes[5]
         let hasHMAC = flags & 1 != 0
@@ -209,7 +235,7 @@ extension Delta {
                 throw SyncError(.unauthenticated, "\(name) is authenticated (HMAC) but no sync key is configured here; configure the shared sync key")
             }
             end -= 32
-            guard end >= Self.headerSize,
+            guard end >= Delta.headerSize,
                   HMAC<SHA256>.isValidAuthenticationCode(bytes[end..<checksumStart], authenticating: bytes[0..<end], using: key.symmetricKey) else {
                 throw SyncError(.unauthenticated, "\(name) has a wrong HMAC: it was not made with this store's sync key")
             }
@@ -217,14 +243,13 @@ extension Delta {
             throw SyncError(.unauthenticated, "\(name) is not authenticated, and this store requires its sync key")
         }
         var r = DeltaByteReader(bytes: bytes, offset: 6, end: end, name: name)
-        source = try r.id()
-        family = try r.id()
-        schemaFingerprint = try r.take(32)
-        from = try r.fixed()
-        to = try r.fixed()
-        created = Date(timeIntervalSince1970: Double(bitPattern: try r.fixed()))
-        recipient = flags & 4 != 0 ? try r.id() : nil
-        isFullSnapshot = flags & 2 != 0
+        let source = try r.id()
+        let family = try r.id()
+        let schemaFingerprint = try r.take(32)
+        let from = try r.fixed()
+        let to = try r.fixed()
+        let created = Date(timeIntervalSince1970: Double(bitPattern: try r.fixed()))
+        let recipient = flags & 4 != 0 ? try r.id() : nil
         var strings: [String] = []
         for _ in 0..<(try r.count()) {
             let n = try r.count()
@@ -233,20 +258,33 @@ extension Delta {
         }
         var sites: [RecordID] = []
         for _ in 0..<(try r.count()) { sites.append(try r.id()) }
-        // Table indexes are bounded by their tables, not by the bytes left.
-        func string() throws -> String {
-            let i = try r.varint()
-            guard i < UInt64(strings.count) else { throw r.unreadable("string index out of range") }
-            return strings[Int(i)]
-        }
-        func version() throws -> Version {
-            let clock = try r.varint()
-            let i = try r.varint()
-            guard i < UInt64(sites.count) else { throw r.unreadable("site index out of range") }
-            return Version(clock: clock, site: sites[Int(i)])
-        }
+        remaining = try r.count()
+        header = Delta(source: source, recipient: recipient, family: family, schemaFingerprint: schemaFingerprint, from: from, to: to,
+                       isFullSnapshot: flags & 2 != 0, created: created, entries: [])
+        self.r = r
+        self.strings = strings
+        self.sites = sites
+        self.format = format
+    }
+
+    // Table indexes are bounded by their tables, not by the bytes left.
+    private mutating func string() throws -> String {
+        let i = try r.varint()
+        guard i < UInt64(strings.count) else { throw r.unreadable("string index out of range") }
+        return strings[Int(i)]
+    }
+
+    private mutating func version() throws -> Version {
+        let clock = try r.varint()
+        let i = try r.varint()
+        guard i < UInt64(sites.count) else { throw r.unreadable("site index out of range") }
+        return Version(clock: clock, site: sites[Int(i)])
+    }
+
+    /// The next `limit` entries at most (fewer at the end).
+    mutating func entries(upTo limit: Int) throws -> [RecordState] {
+        let count = min(limit, remaining)
         var entries: [RecordState] = []
-        let count = try r.count()
         entries.reserveCapacity(min(count, 1 << 16))
         for _ in 0..<count {
             let type = try string()
@@ -264,7 +302,16 @@ extension Delta {
                 fields[fieldName] = FieldState(value: try r.value(), version: v)
             }
             entries.append(RecordState(type: type, id: id, incarnation: incarnation, tombstone: tombstone, fields: fields))
+            remaining -= 1
         }
+        return entries
+    }
+
+    /// Reads what follows the last entry (call once ``remaining`` is 0): the counter fields
+    /// (nil in format 1), and checks that nothing else does.
+    mutating func finish() throws -> [String: Set<String>]? {
+        guard remaining == 0 else { throw r.unreadable("\(remaining) entries left unread") }
+        var counterFields: [String: Set<String>]?
         if format >= 2 {
             var counters: [String: Set<String>] = [:]
             for _ in 0..<(try r.count()) {
@@ -274,11 +321,9 @@ extension Delta {
                 counters[type] = fields
             }
             counterFields = counters
-        } else {
-            counterFields = nil
         }
-        guard r.offset == end else { throw r.unreadable("\(end - r.offset) unexpected bytes after the entries") }
-        self.entries = entries
+        guard r.offset == r.end else { throw r.unreadable("\(r.end - r.offset) unexpected bytes after the entries") }
+        return counterFields
     }
 }
 

@@ -473,8 +473,11 @@ public final class SyncEngine: Sendable {
 
     // MARK: Import
 
-    /// Validates a delta completely, then merges it and advances the source's watermark in
-    /// one write transaction.
+    /// Validates a delta, merges it and advances the source's watermark in one write
+    /// transaction. Its checksum and authentication are checked first; a large delta's
+    /// entries are read on another thread while the merge of the ones before runs, and
+    /// whatever is wrong in them fails the transaction: nothing of a delta is ever applied
+    /// unless all of it is valid.
     /// - Returns: `.duplicate` for a range applied before, `.parked` when it needs a newer schema.
     /// - Throws: ``SyncError`` for corrupt, foreign, unauthenticated or out-of-order deltas;
     ///   the store is then unchanged.
@@ -487,7 +490,27 @@ public final class SyncEngine: Sendable {
         guard isEnabled else {
             throw SyncError(.disabled, "sync is off for store \(store.path); it was kept local (turn the preference on and reopen)")
         }
-        let delta = try Delta(decoding: data, key: key, name: name)
+        var reader = try DeltaReader(data, key: key, name: name)
+        // `delta` is the header until the entries are read: a small delta's at once (every
+        // entry checked before anything else), a large one's on another thread while this one
+        // merges them, when the schemas match (see `DeltaEntryStream`); otherwise once needed.
+        var delta = reader.header
+        let entryCount = reader.remaining
+        let stream = entryCount >= DeltaEntryStream.minimumEntries ? DeltaEntryStream(reader) : nil
+        defer { stream?.stop() }
+        var entriesRead = false
+        func readEntries() throws {
+            guard !entriesRead else { return }
+            if let stream {
+                delta.entries = try stream.rest()
+                delta.counterFields = stream.counterFields
+            } else {
+                delta.entries = try reader.entries(upTo: entryCount)
+                delta.counterFields = try reader.finish()
+            }
+            entriesRead = true
+        }
+        if stream == nil { try readEntries() }
         guard delta.family == family else {
             throw SyncError(.foreignFamily, "\(name) comes from sync family \(delta.family), but store \(store.path) belongs to \(family); refused")
         }
@@ -504,6 +527,7 @@ public final class SyncEngine: Sendable {
         let waiting = parking ? parkedRanges(of: delta.source) : []
         if !delta.isFullSnapshot, let head = waiting.min(by: { $0.from < $1.from }),
            try head.from <= store.read({ try PeerWatermark.load(source, in: $0) }).receivedThrough &+ 1 {
+            try readEntries()
             // Only behind a head that waits for the schema alone; a head with a gap before it
             // must not hold back the deltas that will find the gap and ask for a full snapshot.
             if !waiting.contains(where: { $0.from <= delta.from && $0.to >= delta.to }) { try park(data, delta, reason: nil) }
@@ -521,12 +545,19 @@ public final class SyncEngine: Sendable {
         }
         // The schema check runs in the write transaction that merges, against the schema it
         // sees: another process cannot change the schema in between.
+        var streamed: [[RecordState]] = []
         let result: Result<ApplyOutcome, Incompatibility> = try store.write(author: "sync") { tx in
             var watermark = try PeerWatermark.load(source, in: tx)
             // A range applied before is a duplicate whatever its schema (checked first: parked
             // as incompatible, one applied before a migration here held back its source).
             if !delta.isFullSnapshot, delta.to <= watermark.receivedThrough { return .success(.duplicate) }
-            if let reason = try incompatibility(delta, in: tx) { return .failure(Incompatibility(reason: reason)) }
+            // With the same schema fingerprint, nothing in the entries can be incompatible: a
+            // streamed delta's entries need not all be read first.
+            let streaming = stream != nil && !entriesRead && SchemaFingerprint.of(tx.schema) == delta.schemaFingerprint
+            if !streaming {
+                try readEntries()
+                if let reason = try incompatibility(delta, in: tx) { return .failure(Incompatibility(reason: reason)) }
+            }
             let localOnly = Set(tx.schema.types.filter(\.localOnly).map(\.name))
             if !delta.isFullSnapshot {
                 if delta.from > watermark.receivedThrough &+ 1, watermark.receivedThrough < .max {
@@ -538,27 +569,44 @@ public final class SyncEngine: Sendable {
             // Records of a type local-only here are skipped, and the watermark moves past
             // them: which types were skipped from which source is kept, so that if a type turns
             // synced here the source is asked for everything again.
-            let skipped = Set(delta.entries.lazy.map(\.type).filter(localOnly.contains))
-            if !skipped.isEmpty { try Self.noteSkipped(skipped, from: delta.source, in: tx) }
+            var skipped = Set<String>()
             // Merges are joins per record, so their order does not matter; unique-index
             // clashes are settled after the last one, on the delta's final states.
-            for entry in delta.entries where !localOnly.contains(entry.type) {
-                do {
-                    if try tx.merge(entry, origin: delta.source) { changed += 1 }
-                } catch let error as StoreError where error.code == .invalidValue && !(entry.latestVersion?.isWithinClockRange ?? true) {
-                    // A state with a version past the clock range (a broken clock, a forged delta),
-                    // refused before anything was written, is left out the same way on every
-                    // replica; the rest of the delta applies.
+            func merge(_ entries: [RecordState]) throws {
+                for entry in entries {
+                    if localOnly.contains(entry.type) {
+                        skipped.insert(entry.type)
+                        continue
+                    }
+                    do {
+                        if try tx.merge(entry, origin: delta.source) { changed += 1 }
+                    } catch let error as StoreError where error.code == .invalidValue && !(entry.latestVersion?.isWithinClockRange ?? true) {
+                        // A state with a version past the clock range (a broken clock, a forged delta),
+                        // refused before anything was written, is left out the same way on every
+                        // replica; the rest of the delta applies.
+                    }
+                    merged += 1
+                    if merged % 10_000 == 0 { report("import", merged, entryCount) }
                 }
-                merged += 1
-                if merged % 10_000 == 0 { report("import", merged, delta.entries.count) }
             }
+            if streaming, let stream {
+                // Kept: should this closure run again (a group commit reruns its closures when
+                // another writer's throws, see `Store.write`), the batches read are merged again.
+                for batch in streamed { try merge(batch) }
+                while let batch = try stream.nextBatch() {
+                    streamed.append(batch)
+                    try merge(batch)
+                }
+            } else {
+                try merge(delta.entries)
+            }
+            if !skipped.isEmpty { try Self.noteSkipped(skipped, from: delta.source, in: tx) }
             let clashes = try tx.settleUniqueClashes()
             watermark.receivedThrough = max(watermark.receivedThrough, delta.to)
             watermark.lastReceived = store.clock()
             try watermark.save(in: tx)
             if delta.isFullSnapshot { try Self.fullSnapshotArrived(from: delta.source, in: tx) }
-            return .success(.applied(entries: delta.entries.count, changed: changed, uniqueClashes: clashes))
+            return .success(.applied(entries: entryCount, changed: changed, uniqueClashes: clashes))
         }
         // A full snapshot, applied or parked, holds everything the source's older parked deltas do.
         let superseded = waiting.filter { $0.to <= delta.to }

@@ -1,0 +1,117 @@
+import Foundation
+import Stash
+
+/// The entries of a large delta, read on a thread of their own while the import merges the
+/// ones before them: reading a delta is about a quarter of an import's work, and this way it
+/// runs beside the merge (on another core) instead of before it.
+///
+/// Batches are handed over in order through a queue; the reader never blocks, so at worst the
+/// whole delta waits in memory, as it did when it was read before the merge. What the reader
+/// finds wrong (an entry this library cannot read, bytes after the last entry) comes out of
+/// ``next()`` in place of the batch, so the import's transaction fails and nothing of the
+/// delta stays.
+final class DeltaEntryStream: @unchecked Sendable {
+    /// Deltas of at least this many entries are read on a thread of their own: below it, the
+    /// thread costs more than it saves.
+    static let minimumEntries = 512
+    /// Entries per batch: the merge starts after the first one.
+    static let batchSize = 256
+
+    /// What the reader hands over.
+    private enum Item {
+        case entries([RecordState])
+        case end([String: Set<String>]?)
+        case failed(any Error)
+    }
+
+    // Every field below is read and written under `condition`.
+    private let condition = NSCondition()
+    private var items: [Item] = []
+    private var next = 0
+    private var stopped = false
+    private var readerDone = false
+    private var counters: [String: Set<String>]??
+
+    /// Starts reading `reader`'s entries on a new thread.
+    init(_ reader: DeltaReader) {
+        let thread = Thread { [self] in
+            var reader = reader
+            read(&reader)
+        }
+        thread.name = "stash.sync delta reader"
+        thread.start()
+    }
+
+    private func read(_ reader: inout DeltaReader) {
+        defer {
+            condition.lock()
+            readerDone = true
+            condition.broadcast()
+            condition.unlock()
+        }
+        while true {
+            let item: Item
+            do {
+                item = reader.remaining > 0 ? .entries(try reader.entries(upTo: Self.batchSize)) : .end(try reader.finish())
+            } catch {
+                item = .failed(error)
+            }
+            condition.lock()
+            let stop = stopped
+            if !stop { items.append(item) }
+            condition.broadcast()
+            condition.unlock()
+            switch item {
+            case .entries where !stop: continue
+            default: return
+            }
+        }
+    }
+
+    /// The next batch of entries, in the delta's order; nil after the last one, once what
+    /// follows it has been read and checked too (``counterFields`` is then set).
+    /// - Throws: what the reader found wrong (``SyncError``).
+    func nextBatch() throws -> [RecordState]? {
+        condition.lock()
+        defer { condition.unlock() }
+        while next == items.count { condition.wait() }
+        let item = items[next]
+        switch item {
+        case .entries(let entries):
+            items[next] = .entries([])   // the merge holds them now
+            next += 1
+            return entries
+        case .end(let counterFields):
+            counters = .some(counterFields)
+            return nil
+        case .failed(let error):
+            throw error
+        }
+    }
+
+    /// The delta's counter fields, read after its last entry (nil before ``nextBatch()``
+    /// returned nil, and for a delta of format 1).
+    var counterFields: [String: Set<String>]? {
+        condition.lock()
+        defer { condition.unlock() }
+        return counters ?? nil
+    }
+
+    /// Every entry not taken yet, in order (waits for the reader).
+    func rest() throws -> [RecordState] {
+        var entries: [RecordState] = []
+        while let batch = try nextBatch() { entries.append(contentsOf: batch) }
+        return entries
+    }
+
+    /// Stops the reader after its current batch and waits for its thread to end. Call it once
+    /// the entries are no longer wanted (after the last one, or when the import gave up).
+    func stop() {
+        condition.lock()
+        stopped = true
+        items.removeAll()
+        next = 0
+        while !readerDone { condition.wait() }
+        condition.unlock()
+    }
+}
