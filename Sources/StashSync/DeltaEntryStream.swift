@@ -14,8 +14,9 @@ final class DeltaEntryStream: @unchecked Sendable {
     /// Deltas of at least this many entries are read on a thread of their own: below it, the
     /// thread costs more than it saves.
     static let minimumEntries = 512
-    /// Entries per batch: the merge starts after the first one.
+    /// Entries per batch. The merge waits for the first one only: it is smaller.
     static let batchSize = 256
+    static let firstBatchSize = 64
 
     /// What the reader hands over.
     private enum Item {
@@ -49,10 +50,12 @@ final class DeltaEntryStream: @unchecked Sendable {
             condition.broadcast()
             condition.unlock()
         }
+        var size = Self.firstBatchSize
         while true {
             let item: Item
             do {
-                item = reader.remaining > 0 ? .entries(try reader.entries(upTo: Self.batchSize)) : .end(try reader.finish())
+                item = reader.remaining > 0 ? .entries(try reader.entries(upTo: size)) : .end(try reader.finish())
+                size = Self.batchSize
             } catch {
                 item = .failed(error)
             }
