@@ -342,7 +342,7 @@ struct RecordVersions: Equatable {
         incarnation = flags & 1 != 0 ? try version() : nil
         tombstone = flags & 2 != 0 ? try version() : nil
         let count = try r.varint()
-        // Each field takes at least two bytes: a count past that is refused before any allocation.
+        // Each field takes at least one byte: a larger count is refused before any allocation.
         guard count <= UInt64(bytes.count) else { throw RecordFormatError(reason: "bad field count") }
         var fields = [UInt16: Version](minimumCapacity: Int(count))
         for _ in 0..<count {

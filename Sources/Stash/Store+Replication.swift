@@ -21,8 +21,8 @@ func loadRecordState<T: TransactionReading>(_ txn: T, _ dbs: StoreDatabases, _ l
 ///
 /// `versionedOnly`: every stored record has a versions entry (a delete leaves its tombstone
 /// there; `verify` checks the rule), so an id without one is not looked for in `records`: one
-/// lookup instead of two for an id new here. A merge passes it; the put that follows refuses
-/// to overwrite a record a damaged store keeps without versions.
+/// lookup instead of two for an id new here. A merge passes it, and loads the state again
+/// without it when the put that follows finds a record a damaged store keeps without versions.
 func loadStoredRecordState<T: TransactionReading>(_ txn: T, _ dbs: StoreDatabases, _ layout: TypeLayout,
                                                   _ id: RecordID, site: RecordID, path: String,
                                                   versionedOnly: Bool = false) throws -> (state: RecordState, stored: Bool) {

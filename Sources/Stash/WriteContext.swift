@@ -559,8 +559,21 @@ final class WriteContext: FieldTagResolver {
         let (local, stored) = try loadStoredRecordState(txn, dbs, layout, remote.id, site: siteID, path: path, versionedOnly: true)
         let merged = local.merged(with: remote, counters: layout.counterNames)
         if merged == local { return false }
-        // With nothing stored under this id (no record, no versions), the write need not look again.
-        return try write(merged, layout, origin: origin, absent: !stored)
+        guard !stored else { return try write(merged, layout, origin: origin, absent: false) }
+        // No versions: nothing is stored under this id, and the write need not look again.
+        do {
+            return try write(merged, layout, origin: origin, absent: true)
+        } catch let error as StoreError where error.code == .corrupted {
+            // But a damaged store may keep a record without versions: its put refused to
+            // overwrite it, before writing anything. The merge takes it into account, as it
+            // does every stored record (the result gets versions again); refused, every delta
+            // of that record would hold back its source for good.
+            guard try txn.get(dbs.records, key: StoreKeys.record(layout.schema.tag, remote.id)) != nil else { throw error }
+            let (local, _) = try loadStoredRecordState(txn, dbs, layout, remote.id, site: siteID, path: path)
+            let merged = local.merged(with: remote, counters: layout.counterNames)
+            if merged == local { return false }
+            return try write(merged, layout, origin: origin, absent: false)
+        }
     }
 
     private func write(_ state: RecordState, _ layout: TypeLayout, origin: RecordID, absent: Bool) throws -> Bool {
