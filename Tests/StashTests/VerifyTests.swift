@@ -111,13 +111,7 @@ import StashTestSupport
     /// roll back, not overwrite the record behind its index entries.
     @Test func insertOverARecordWithoutVersionsFailsCleanly() throws {
         let dir = TemporaryDirectory()
-        let store = try Store.open(at: dir.path, types: [Home.self, Item.self])
-        let home = Home(name: "h")
-        let item = Item(homeID: home.id, name: "original", category: "c", wearCount: 1, price: 1)
-        try store.write { tx in
-            try tx.insert(home)
-            try tx.insert(item)
-        }
+        let (store, item) = try Self.storeWithOneItem(in: dir)
         try Self.dropVersions(of: item.id, in: dir.path)
         #expect(try store.verify().problems.contains { $0.contains("no versions entry") })
 
@@ -147,6 +141,18 @@ import StashTestSupport
         #expect(problems.count == 1 && problems[0].contains("no versions entry"), "\(problems)")
     }
 
+    /// A store in `dir` holding one home and one item of it.
+    static func storeWithOneItem(in dir: TemporaryDirectory) throws -> (Store, Item) {
+        let store = try Store.open(at: dir.path, types: [Home.self, Item.self])
+        let home = Home(name: "h")
+        let item = Item(homeID: home.id, name: "original", category: "c", wearCount: 1, price: 1)
+        try store.write { tx in
+            try tx.insert(home)
+            try tx.insert(item)
+        }
+        return (store, item)
+    }
+
     /// Deletes the versions entry of record `id` behind the store's back, through the store's
     /// environment (one per path): a damaged store that keeps a record without versions.
     static func dropVersions(of id: RecordID, in path: String) throws {
@@ -169,13 +175,7 @@ import StashTestSupport
     /// the record would hold back its source for good.
     @Test func aMergeOverARecordWithoutVersionsMergesWithIt() throws {
         let dir = TemporaryDirectory()
-        let store = try Store.open(at: dir.path, types: [Home.self, Item.self])
-        let home = Home(name: "h")
-        let item = Item(homeID: home.id, name: "original", category: "c", wearCount: 1, price: 1)
-        try store.write { tx in
-            try tx.insert(home)
-            try tx.insert(item)
-        }
+        let (store, item) = try Self.storeWithOneItem(in: dir)
         var remote = try store.read { try $0.recordState(typeNamed: "Item", id: item.id) }
         let later = Version(clock: try #require(remote.latestVersion).clock + 1_000, site: RecordID())
         remote.fields["name"] = FieldState(value: .string("from the peer"), version: later)
