@@ -556,23 +556,25 @@ final class WriteContext: FieldTagResolver {
             }
             try observe(latest)
         }
-        let (local, stored) = try loadStoredRecordState(txn, dbs, layout, remote.id, site: siteID, path: path, versionedOnly: true)
+        return try merge(remote, layout, origin: origin, versionedOnly: true)
+    }
+
+    /// ``merge(_:origin:)`` once the remote state is checked. `versionedOnly`: an id without
+    /// versions holds nothing (see ``loadStoredRecordState(_:_:_:_:site:path:versionedOnly:)``),
+    /// so the write need not look again.
+    private func merge(_ remote: RecordState, _ layout: TypeLayout, origin: RecordID, versionedOnly: Bool) throws -> Bool {
+        let (local, stored) = try loadStoredRecordState(txn, dbs, layout, remote.id, site: siteID, path: path, versionedOnly: versionedOnly)
         let merged = local.merged(with: remote, counters: layout.counterNames)
         if merged == local { return false }
-        guard !stored else { return try write(merged, layout, origin: origin, absent: false) }
-        // No versions: nothing is stored under this id, and the write need not look again.
         do {
-            return try write(merged, layout, origin: origin, absent: true)
-        } catch let error as StoreError where error.code == .corrupted {
-            // But a damaged store may keep a record without versions: its put refused to
+            return try write(merged, layout, origin: origin, absent: !stored)
+        } catch let error as StoreError where error.code == .corrupted && versionedOnly && !stored {
+            // A damaged store may keep a record without versions: its put refused to
             // overwrite it, before writing anything. The merge takes it into account, as it
             // does every stored record (the result gets versions again); refused, every delta
             // of that record would hold back its source for good.
             guard try txn.get(dbs.records, key: StoreKeys.record(layout.schema.tag, remote.id)) != nil else { throw error }
-            let (local, _) = try loadStoredRecordState(txn, dbs, layout, remote.id, site: siteID, path: path)
-            let merged = local.merged(with: remote, counters: layout.counterNames)
-            if merged == local { return false }
-            return try write(merged, layout, origin: origin, absent: false)
+            return try merge(remote, layout, origin: origin, versionedOnly: false)
         }
     }
 

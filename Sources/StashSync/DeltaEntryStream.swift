@@ -21,6 +21,7 @@ final class DeltaEntryStream: @unchecked Sendable {
     /// What the reader hands over.
     private enum Item {
         case entries([RecordState])
+        /// After the last entry: the delta's counter fields.
         case end([String: Set<String>]?)
         case failed(any Error)
     }
@@ -31,7 +32,6 @@ final class DeltaEntryStream: @unchecked Sendable {
     private var next = 0
     private var stopped = false
     private var readerDone = false
-    private var counters: [String: Set<String>]??
 
     /// Starts reading `reader`'s entries on a new thread.
     init(_ reader: DeltaReader) {
@@ -72,39 +72,38 @@ final class DeltaEntryStream: @unchecked Sendable {
     }
 
     /// The next batch of entries, in the delta's order; nil after the last one, once what
-    /// follows it has been read and checked too (``counterFields`` is then set).
+    /// follows it has been read and checked too.
     /// - Throws: what the reader found wrong (``SyncError``).
     func nextBatch() throws -> [RecordState]? {
-        condition.lock()
-        defer { condition.unlock() }
-        while next == items.count { condition.wait() }
-        let item = items[next]
-        switch item {
-        case .entries(let entries):
-            items[next] = .entries([])   // the merge holds them now
-            next += 1
-            return entries
-        case .end(let counterFields):
-            counters = .some(counterFields)
-            return nil
-        case .failed(let error):
-            throw error
+        try nextItem().entries
+    }
+
+    /// Every entry not taken yet, in order, and the delta's counter fields (nil for format 1):
+    /// waits for the reader.
+    func rest() throws -> (entries: [RecordState], counterFields: [String: Set<String>]?) {
+        var entries: [RecordState] = []
+        while true {
+            let item = try nextItem()
+            guard let batch = item.entries else { return (entries, item.counterFields) }
+            entries.append(contentsOf: batch)
         }
     }
 
-    /// The delta's counter fields, read after its last entry (nil before ``nextBatch()``
-    /// returned nil, and for a delta of format 1).
-    var counterFields: [String: Set<String>]? {
+    /// The next item the reader handed over (the end stays the next one once reached).
+    private func nextItem() throws -> (entries: [RecordState]?, counterFields: [String: Set<String>]?) {
         condition.lock()
         defer { condition.unlock() }
-        return counters ?? nil
-    }
-
-    /// Every entry not taken yet, in order (waits for the reader).
-    func rest() throws -> [RecordState] {
-        var entries: [RecordState] = []
-        while let batch = try nextBatch() { entries.append(contentsOf: batch) }
-        return entries
+        while next == items.count { condition.wait() }
+        switch items[next] {
+        case .entries(let entries):
+            items[next] = .entries([])   // the merge holds them now
+            next += 1
+            return (entries, nil)
+        case .end(let counterFields):
+            return (nil, counterFields)
+        case .failed(let error):
+            throw error
+        }
     }
 
     /// Stops the reader after its current batch and waits for its thread to end. Call it once

@@ -502,8 +502,7 @@ public final class SyncEngine: Sendable {
         func readEntries() throws {
             guard !entriesRead else { return }
             if let stream {
-                delta.entries = try stream.rest()
-                delta.counterFields = stream.counterFields
+                (delta.entries, delta.counterFields) = try stream.rest()
             } else {
                 delta.entries = try reader.entries(upTo: entryCount)
                 delta.counterFields = try reader.finish()
