@@ -21,6 +21,39 @@ extension Store {
     }
 }
 
+extension Store {
+    /// Keeps, from now on, the record count of `type` and (with `index`) the size of each of
+    /// its groups that this store's own commits leave, so that
+    /// ``recentCounts(_:from:to:total:_:)`` can bring counts up to date without reading
+    /// anything. Every later write transaction then notes the groups it changes and reads
+    /// their sizes at commit (up to ``RecentCounts/groupsPerCommit`` groups). Returns what to
+    /// ask for them by.
+    package func keepRecentCounts<R: Record>(of type: TypeHandle<R>, groupedBy index: IndexHandle<R, RecordID>?) -> RecentCountsKey {
+        let key = RecentCountsKey(typeTag: type.typeTag, index: index.map { RecentCounts.key(typeTag: $0.typeTag, indexTag: $0.indexTag) })
+        recentCounts.keep(index: key.index)
+        return key
+    }
+
+    /// Brings counts taken at history sequence `from` up to sequence `to` from this store's
+    /// own commits in between (see ``keepRecentCounts(of:groupedBy:)``): `total`, the number of
+    /// records of the key's type at `from`, becomes the number at `to`, and `visit` sees each
+    /// group of its index those commits changed with its size, oldest commit first (a later
+    /// size replaces an earlier one). False, with nothing changed, when they do not cover every
+    /// commit in between (one made by another process or `Store`, or before the counts were
+    /// kept): count from the store then. O(commits kept + groups visited), no allocation.
+    package func recentCounts(_ key: RecentCountsKey, from: HistoryToken, to: HistoryToken, total: inout Int,
+                              _ visit: (RecordID, Int) -> Void) -> Bool {
+        recentCounts.bringUpToDate(from: from.sequence, to: to.sequence, typeTag: key.typeTag, total: &total, index: key.index, visit)
+    }
+}
+
+/// A type, and an index of it on a record-id field, whose counts a store keeps for its recent
+/// commits (``Store/keepRecentCounts(of:groupedBy:)``).
+package struct RecentCountsKey: Sendable {
+    let typeTag: UInt16
+    let index: UInt32?
+}
+
 extension StoreReading {
     /// The number of records of the handle's type, including this transaction's own pending
     /// inserts and deletes. O(1): one lookup in `counts`, no allocation.

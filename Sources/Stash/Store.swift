@@ -102,6 +102,8 @@ public final class Store: Sendable {
     private let catalogBox: Mutex<(catalog: Catalog, confirmedAt: UInt64)>
     /// The history bounds of the newest committed state a read snapshot asked for (see
     /// ``historyBounds(snapshot:_:)``).
+    /// The counts this store's own recent commits left, once a reader asks for them.
+    let recentCounts = RecentCounts()
     let boundsOfSnapshot = Mutex<(snapshot: UInt64, current: HistoryToken, purgedThrough: HistoryToken)?>(nil)
     /// The store's identity, made once at creation.
     public let storeID: RecordID

@@ -65,6 +65,18 @@ final class WriteContext: FieldTagResolver {
         self.init(path: store.path, txn: txn, dbs: store.dbs, catalog: catalog,
                   siteID: store.siteID, author: author, now: store.now)
         keptUniqueIndexes = store.keptUniqueIndexes
+        recentCounts = store.recentCounts
+        changedGroups = store.recentCounts.keptIndexes.map(ChangedGroups.init)
+    }
+
+    /// Where the counts this transaction leaves go once it commits, and the groups of the
+    /// kept indexes it changes (nil: nothing is kept, nothing is noted).
+    private var recentCounts: RecentCounts?
+    @exclusivity(unchecked) private var changedGroups: ChangedGroups?
+
+    @inline(__always)
+    private func noteGroup(_ key: KeyBytes) {
+        if changedGroups != nil { changedGroups!.note(key) }
     }
 
     /// Unique indexes ("Type.index") this process declares plain, kept unique at open (see
@@ -454,7 +466,11 @@ final class WriteContext: FieldTagResolver {
     /// check first, no old key to remove.
     private func putIndexEntries(_ layout: TypeLayout, id: RecordID, _ new: EncodedRecord) throws {
         let idBytes = StoreKeys.indexValue(id)
-        for index in layout.schema.indexes { try txn.put(dbs.index, key: try indexKey(index, layout, new), value: idBytes) }
+        for index in layout.schema.indexes {
+            let key = try indexKey(index, layout, new)
+            try txn.put(dbs.index, key: key, value: idBytes)
+            noteGroup(key)
+        }
     }
 
     /// Puts a record's bytes. `fresh`: the id has no versions, so no record may exist either;
@@ -504,8 +520,12 @@ final class WriteContext: FieldTagResolver {
             keyChanges.append((oldKey, newKey))
         }
         for change in keyChanges {
-            if let oldKey = change.old { try txn.delete(dbs.index, key: oldKey, value: idBytes) }
+            if let oldKey = change.old {
+                try txn.delete(dbs.index, key: oldKey, value: idBytes)
+                noteGroup(oldKey)
+            }
             try txn.put(dbs.index, key: change.new, value: idBytes)
+            noteGroup(change.new)
         }
     }
 
@@ -531,6 +551,7 @@ final class WriteContext: FieldTagResolver {
         let idBytes = StoreKeys.indexValue(id)
         for indexKey in keys {
             try txn.delete(dbs.index, key: indexKey, value: idBytes)
+            noteGroup(indexKey)
         }
         try txn.delete(dbs.records, key: key)
         try txn.put(dbs.versions, key: key, value: versions.encoded())
@@ -717,6 +738,7 @@ final class WriteContext: FieldTagResolver {
             throw StoreError(.uniqueViolation, "store \(path): cannot build the unique index \(type)(\(index.name)) at open: \(type) \(other) and \(type) \(id) both have \(values); \(remedy)")
         }
         try txn.put(dbs.index, key: key, value: id.bytes)
+        noteGroup(key)
     }
 
     /// Another record (than `id`) whose values for unique `index` (key `key`) are those of
@@ -759,10 +781,13 @@ final class WriteContext: FieldTagResolver {
     /// Flushes counts, the schema (when it grew) and this transaction's history entry.
     func finish() throws {
         try settleMergedUniqueClashes()
+        var totals: [(typeTag: UInt16, count: Int)] = []
         for (tag, delta) in countDeltas where delta != 0 {
             let key = StoreKeys.count(tag)
             let stored = try RecordReader.count(try txn.uint64(dbs.counts, key: key), of: tag, path)
-            try txn.put(dbs.counts, key: key, uint64: UInt64(max(0, stored + delta)))
+            let total = max(0, stored + delta)
+            try txn.put(dbs.counts, key: key, uint64: UInt64(total))
+            if changedGroups != nil { totals.append((tag, total)) }
         }
         countDeltas.removeAll()
         if let lastClock {
@@ -789,7 +814,30 @@ final class WriteContext: FieldTagResolver {
             }
             try txn.put(dbs.meta, key: MetaKey.nextSequence, uint64: sequence + 1)
             changes.removeAll()
+            try keepCounts(totals, committedAs: sequence)
         }
+    }
+}
+
+extension WriteContext {
+    /// Hands the counts this transaction leaves (the totals it changed, the sizes of the
+    /// groups it changed in kept indexes) to ``RecentCounts`` once it commits as history
+    /// entry `sequence`. The sizes are read here, in the transaction's final state (an
+    /// earlier writer of its group commit included), so a group noted twice or put back as it
+    /// was costs one read and lists its true size.
+    private func keepCounts(_ totals: [(typeTag: UInt16, count: Int)], committedAs sequence: UInt64) throws {
+        guard let changedGroups, let recentCounts else { return }
+        var groups: [(index: UInt32, value: RecordID, size: Int)] = []
+        if !changedGroups.overflowed {
+            groups.reserveCapacity(changedGroups.groups.count)
+            for group in changedGroups.groups {
+                groups.append((group.index, group.value, try txn.duplicateCount(dbs.index, key: ChangedGroups.key(group.index, group.value))))
+            }
+        }
+        let commit = RecentCounts.Commit(from: sequence - 1, to: sequence, indexes: changedGroups.indexes, totals: totals,
+                                         groups: groups, complete: !changedGroups.overflowed)
+        afterCommit { recentCounts.record(commit) }
+        self.changedGroups = ChangedGroups(indexes: changedGroups.indexes)
     }
 }
 

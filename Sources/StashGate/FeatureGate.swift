@@ -56,6 +56,8 @@ public final class FeatureGate: Sendable {
     let readsSequenceFirst = Atomic(false)
     /// Walks of every parent of a per-parent limit so far (for tests: commits should not cause them).
     let parentWalks = Atomic(0)
+    /// Counts brought up to a newer state from the store's own commits, reading nothing (for tests).
+    let countsFromCommits = Atomic(0)
     let maxOfflineAge: Int64
     let trialLength: Int64?
     /// What every check reads: plain values, so reading them neither allocates nor retains.
@@ -103,6 +105,10 @@ public final class FeatureGate: Sendable {
     /// also sees its own uncommitted changes), starts from the parents cached for an older
     /// sequence and recounts only those and the parents of the records changed since
     /// (``LimitCounter/groupsOver(_:_:since:)``), so the walk runs once, not once per commit.
+    /// When every commit since was the gate's store's own (the app's writes), a newer state
+    /// reads nothing at all: the store kept the totals and the sizes of the groups each of
+    /// those commits changed (``LimitCounter/bringUpToDate(_:in:from:to:maximum:)``); a commit
+    /// of another process in between sends the check back to history.
     /// Only read snapshots fill the cache: a write transaction's changes have no sequence yet
     /// (and an earlier writer of its group commit may still fail), so a write starts from the
     /// latest committed state, which it counts in a read snapshot first (``committedParents``),
@@ -139,7 +145,7 @@ public final class FeatureGate: Sendable {
     private init(store: Store, configuration: GateConfiguration) throws {
         self.store = store
         self.configuration = configuration
-        rules = try configuration.limits.map { try $0.resolved(in: store) }
+        rules = try configuration.limits.map { try $0.resolved(in: store).keepingRecentCounts(in: store) }
         countsCache = Mutex(CountsCache(repeating: RuleCounts(), count: rules.count))
         writeParents = Mutex([GroupsOver.Base?](repeating: nil, count: rules.count))
         clockGuard = ClockGuard(wall: configuration.clock ?? store.clock)
@@ -653,7 +659,15 @@ public final class FeatureGate: Sendable {
     private func counts<S: StoreReading>(_ position: Int, _ rule: LimitRule, _ reading: S, isSnapshot: Bool, ownStore: Bool = true,
                                          sequence: inout UInt64?) throws -> RuleCounts {
         let cached = countsCache.withLock { $0[position] }
-        if isSnapshot, let sequence, cached.sequence == sequence { return cached }
+        if isSnapshot, let sequence, let at = cached.sequence, at <= sequence {
+            if at == sequence { return cached }
+            // The store's own commits since (the app's writes) tell what changed, unread.
+            if let counts = rule.counter.bringUpToDate(cached, in: store, from: at, to: sequence, maximum: rule.maximum) {
+                countsFromCommits.add(1, ordering: .relaxed)
+                keep(counts, at: position)
+                return counts
+            }
+        }
         var counts = RuleCounts(sequence: sequence, total: try rule.counter.total(reading))
         if rule.parentField != nil, counts.total > rule.maximum {
             if sequence == nil {
@@ -678,14 +692,17 @@ public final class FeatureGate: Sendable {
                 writeParents.withLock { $0[position] = (writeCursor, parents) }
             }
         }
-        if isSnapshot, let sequence {
-            countsCache.withLock { cache in
-                // Keep the newest state when snapshots of different ages race.
-                if let current = cache[position].sequence, current > sequence { return }
-                cache[position] = counts
-            }
-        }
+        if isSnapshot, sequence != nil { keep(counts, at: position) }
         return counts
+    }
+
+    /// Keeps `counts` of the rule at `position`, unless counts of a newer state are kept
+    /// (snapshots of different ages race).
+    private func keep(_ counts: RuleCounts, at position: Int) {
+        countsCache.withLock { cache in
+            if let current = cache[position].sequence, let sequence = counts.sequence, current > sequence { return }
+            cache[position] = counts
+        }
     }
 
     /// The parents over `rule`'s limit in the latest committed state, with its sequence: the

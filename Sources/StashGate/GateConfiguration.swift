@@ -123,6 +123,12 @@ public struct LimitRule: Sendable {
                   counter: try counter.resolved(in: store))
     }
 
+    /// This rule (resolved in `store`), its counts kept by `store` for its own commits.
+    func keepingRecentCounts(in store: Store) -> LimitRule {
+        LimitRule(typeName: typeName, maximum: maximum, parentField: parentField, typeKey: typeKey,
+                  counter: counter.keepingRecentCounts(in: store))
+    }
+
     /// Whether `action` creates a record of this limit's type: by Swift type when both give
     /// one, otherwise by stored name (a limit by name and a typed creation, or the reverse).
     func matches(_ action: GateAction) -> Bool {
@@ -143,6 +149,12 @@ protocol LimitCounter: Sendable {
     /// counter can name them. `base` is that answer at an earlier history sequence: a counter
     /// that can brings it up to date from the changes since, instead of walking every parent.
     func groupsOver<S: StoreReading>(_ maximum: Int, _ reading: S, since base: GroupsOver.Base?) throws -> GroupsOver
+    /// This counter, resolved in `store`, once it asked the store to keep the counts its own
+    /// commits leave for the limit (see ``bringUpToDate(_:in:from:to:maximum:)``).
+    func keepingRecentCounts(in store: Store) -> any LimitCounter
+    /// The counts `counted` (taken at history sequence `from`) at sequence `to`, from what the
+    /// store kept of its own commits in between; nil when it cannot tell (count then).
+    func bringUpToDate(_ counted: FeatureGate.RuleCounts, in store: Store, from: UInt64, to: UInt64, maximum: Int) -> FeatureGate.RuleCounts?
 }
 
 /// The parents over a per-parent limit.
@@ -179,6 +191,8 @@ struct TypedLimitCounter<R: Record>: LimitCounter {
     let parent: UncheckedKeyPath<R>?
     var type: TypeHandle<R>?
     var index: IndexHandle<R, RecordID>?
+    /// What `type` and `index` are kept under in the store's recent counts.
+    var recentCounts: RecentCountsKey?
 
     init(parent: UncheckedKeyPath<R>?) { self.parent = parent }
 
@@ -238,6 +252,33 @@ struct TypedLimitCounter<R: Record>: LimitCounter {
         }
         return GroupsOver(parents: try candidates.filter { try reading.count(index, equals: $0) > maximum })
     }
+
+    func keepingRecentCounts(in store: Store) -> any LimitCounter {
+        var copy = self
+        if let type { copy.recentCounts = store.keepRecentCounts(of: type, groupedBy: index) }
+        return copy
+    }
+
+    /// From the parents over the limit at `from`: the groups changed since leave or join them
+    /// by their sizes now; the others kept their sizes (all at most the limit while the total
+    /// was within it). No allocation unless the parents over the limit change.
+    func bringUpToDate(_ counted: FeatureGate.RuleCounts, in store: Store, from: UInt64, to: UInt64, maximum: Int) -> FeatureGate.RuleCounts? {
+        guard let recentCounts, var parents = counted.groups.parents else { return nil }
+        var counts = counted
+        counts.sequence = to
+        let covered = store.recentCounts(recentCounts, from: HistoryToken(sequence: from), to: HistoryToken(sequence: to),
+                                         total: &counts.total) { parent, size in
+            if size > maximum {
+                if !parents.contains(parent) { parents.append(parent) }
+            } else if let position = parents.firstIndex(of: parent) {
+                parents.remove(at: position)
+            }
+        }
+        guard covered else { return nil }
+        // As when counted: no group is larger than the whole type, so within the total's limit none is over.
+        counts.groups = GroupsOver(parents: index != nil && counts.total > maximum ? parents : [])
+        return counts
+    }
 }
 
 struct NamedLimitCounter: LimitCounter {
@@ -286,4 +327,9 @@ struct NamedLimitCounter: LimitCounter {
         }
         return GroupsOver(walkedAny: groups.values.contains { $0 > maximum })
     }
+
+    /// Limits by stored names are counted from the store at every new state.
+    func keepingRecentCounts(in store: Store) -> any LimitCounter { self }
+
+    func bringUpToDate(_ counted: FeatureGate.RuleCounts, in store: Store, from: UInt64, to: UInt64, maximum: Int) -> FeatureGate.RuleCounts? { nil }
 }

@@ -94,15 +94,52 @@ import Testing
             } catch is CancellationError {}
         }
         #expect(f.gate.parentWalks.load(ordering: .relaxed) == 1)
-        // More changes in one commit than are worth following one by one: one walk again.
-        try f.store.write { tx in
-            for item in items { try tx.update(Item.self, id: item.id) { $0.name += "'" } }
-            for item in items { try tx.update(Item.self, id: item.id) { $0.name += "'" } }
-            for item in items { try tx.update(Item.self, id: item.id) { $0.name += "'" } }
-            for item in items { try tx.update(Item.self, id: item.id) { $0.name += "'" } }
+        // Many changes in one commit of the gate's own store, none of them to a group: the
+        // store kept the groups it changed (none), so nothing is read or walked.
+        let renameAll = { (store: Store) in
+            try store.write { tx in
+                for _ in 0..<4 { for item in items { try tx.update(Item.self, id: item.id) { $0.name += "'" } } }
+            }
         }
+        try renameAll(f.store)
+        #expect(f.gate.check(.create(Home.self)).isAllowed)
+        #expect(f.gate.parentWalks.load(ordering: .relaxed) == 1)
+        // The same commit by another process (here another Store on the directory) is read
+        // from history: more changes than are worth following one by one, one walk again.
+        try renameAll(try Store.open(at: f.store.path, types: [Home.self, Item.self]))
         #expect(f.gate.check(.create(Home.self)).isAllowed)
         #expect(f.gate.parentWalks.load(ordering: .relaxed) == 2)
+    }
+
+    /// After the app's own commits the gate brings its counts up to date from what its store
+    /// kept of them (the totals and the groups each commit changed), reading neither history
+    /// nor records; a commit of another process in between sends it back to history, with the
+    /// same decisions, and the next own commit is followed from memory again.
+    @Test func ownCommitsAreFollowedFromTheCountsTheStoreKept() throws {
+        let (f, homes, items) = try fixture()
+        #expect(f.gate.check(.create(Home.self)).isAllowed)
+        // Counted at this state, every rule (the first check kept only the per-parent one,
+        // the first to need the history sequence).
+        #expect(f.gate.check(.create(Home.self)).isAllowed)
+        let other = try Store.open(at: f.store.path, types: [Home.self, Item.self])
+        for round in 0..<8 {
+            let writer = round % 4 == 3 ? other : f.store
+            let before = f.gate.countsFromCommits.load(ordering: .relaxed)
+            // Even rounds: home a holds 11 items (over), odd ones: 10 each (full, not over).
+            try writer.update(Item.self, id: items[1].id) { $0.homeID = homes[round % 2] }
+            #expect(f.gate.check(.create(Home.self)).denial == (round % 2 == 0 ? .overLimit : nil))
+            #expect(f.gate.check(.create(Item.self, in: homes[0])).denial == (round % 2 == 0 ? .overLimit : .itemLimitReached))
+            let followed = f.gate.countsFromCommits.load(ordering: .relaxed) - before
+            #expect(followed == (writer === other ? 0 : 2), "round \(round): both rules from the kept counts after an own commit only")
+        }
+        // A total: the third home reaches the limit of 3, and leaves again.
+        let before = f.gate.countsFromCommits.load(ordering: .relaxed)
+        let third = try f.addHome("c")
+        #expect(f.gate.check(.create(Home.self)).denial == .homeLimitReached)
+        try f.store.delete(Home.self, id: third)
+        #expect(f.gate.check(.create(Home.self)).isAllowed)
+        #expect(f.gate.countsFromCommits.load(ordering: .relaxed) - before == 4)
+        #expect(f.gate.parentWalks.load(ordering: .relaxed) == 1)
     }
 
     /// An app that checks only inside its writes (``FeatureGate/authorize(_:in:)``) walks the
@@ -313,7 +350,9 @@ import Testing
         let (f, _, _) = try fixture()
         #expect(f.gate.check(.create(Home.self)).isAllowed)   // counted and kept
         let stray = Item(homeID: RecordID(), name: "stray")
-        try f.store.insert(stray)
+        // Inserted by another process (another Store on the directory): the gate's store kept
+        // no counts of that commit, so the gate reads the record history names.
+        try Store.open(at: f.store.path, types: [Home.self, Item.self]).insert(stray)
         try damageRecord(stray.id, inStoreAt: f.dir.sub("store"))
         #expect(f.gate.check(.create(Home.self)).isAllowed)
         #expect(f.gate.parentWalks.load(ordering: .relaxed) == 2)

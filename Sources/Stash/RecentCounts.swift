@@ -1,0 +1,136 @@
+import StashLMDB
+import Synchronization
+
+/// The record counts and index group sizes that this `Store`'s own recent commits left, kept
+/// in memory once someone asks for them (``Store/keepRecentCounts(of:groupedBy:)``): a reader
+/// that counted at an earlier history sequence brings its counts up to a later one from
+/// these, without reading history, records or counts (a gate's check right after the app's
+/// own commit).
+///
+/// Only commits of this `Store` are kept, each with the sequences its history entry goes
+/// from and to. A commit of another process (or of another `Store` on the same directory)
+/// leaves a gap in that chain, and so does one made before the index was kept or that changed
+/// more groups than are kept per commit: an answer across a gap is "unknown", never a guess.
+final class RecentCounts: Sendable {
+    /// One commit: what its write transaction's counts were once its changes were made.
+    struct Commit: Sendable {
+        /// The history sequence before the commit's entry, and the entry's own.
+        let from: UInt64
+        let to: UInt64
+        /// The indexes kept when it was made (``Key``).
+        let indexes: [UInt32]
+        /// The record count after it of each type whose count it changed.
+        let totals: [(typeTag: UInt16, count: Int)]
+        /// The size after it of each group of a kept index that it changed (a group: one value
+        /// of a record-id field; records without a value are in none).
+        let groups: [(index: UInt32, value: RecordID, size: Int)]
+        /// False when it changed more groups than are listed, or a key of a kept index that
+        /// names no record id: its groups are unknown.
+        let complete: Bool
+    }
+
+    /// What is kept, and the commits kept (at most ``capacity``, the newest).
+    private struct State {
+        var enabled = false
+        var indexes: [UInt32] = []
+        var commits: [Commit] = []
+    }
+
+    private let state = Mutex(State())
+
+    /// Commits kept: a reader more than this many commits behind reads history instead.
+    static let capacity = 32
+    /// Groups one commit lists at most: a larger write (a bulk insert) lists none, and the
+    /// reader reads history instead (where it also stops after a few dozen changes).
+    static let groupsPerCommit = 64
+
+    /// An index as kept: its type tag and index tag.
+    static func key(typeTag: UInt16, indexTag: UInt16) -> UInt32 { UInt32(typeTag) << 16 | UInt32(indexTag) }
+
+    /// Starts keeping the counts of every commit from now on, and the groups of `index` if any.
+    func keep(index: UInt32?) {
+        state.withLock { state in
+            state.enabled = true
+            if let index, !state.indexes.contains(index) { state.indexes.append(index) }
+        }
+    }
+
+    /// What a write transaction starting now notes: nil when nothing is kept.
+    var keptIndexes: [UInt32]? {
+        state.withLock { $0.enabled ? $0.indexes : nil }
+    }
+
+    /// Adds a commit once it is durable. Commits of one group commit may arrive in any order.
+    func record(_ commit: Commit) {
+        state.withLock { state in
+            if state.commits.count >= Self.capacity, let oldest = state.commits.indices.min(by: { state.commits[$0].to < state.commits[$1].to }) {
+                state.commits.remove(at: oldest)
+            }
+            state.commits.append(commit)
+        }
+    }
+
+    /// Brings counts taken at history sequence `from` up to `to`: `total`, the count of type
+    /// `typeTag` then, becomes its count now, and `visit` sees each group of `index` (if any)
+    /// that changed, with its size, oldest commit first (a later size replaces an earlier one).
+    /// Returns false, and changes nothing, when this store's commits do not cover every
+    /// sequence in between (see ``RecentCounts``). O(commits kept + groups visited); no
+    /// allocation.
+    func bringUpToDate(from: UInt64, to: UInt64, typeTag: UInt16, total: inout Int, index: UInt32?,
+                       _ visit: (RecordID, Int) -> Void) -> Bool {
+        state.withLock { state in
+            var at = from
+            while at < to {
+                guard let commit = state.commits.first(where: { $0.from == at }), commit.to <= to else { return false }
+                if let index, !commit.complete || !commit.indexes.contains(index) { return false }
+                at = commit.to
+            }
+            at = from
+            while at < to, let commit = state.commits.first(where: { $0.from == at }) {
+                for entry in commit.totals where entry.typeTag == typeTag { total = entry.count }
+                if let index {
+                    for group in commit.groups where group.index == index { visit(group.value, group.size) }
+                }
+                at = commit.to
+            }
+            return true
+        }
+    }
+}
+
+/// The groups a write transaction changed in the indexes kept by ``RecentCounts``, noted as
+/// it puts and deletes index entries; their sizes are read at commit.
+struct ChangedGroups {
+    /// The kept indexes (``RecentCounts/key(typeTag:indexTag:)``).
+    let indexes: [UInt32]
+    private(set) var groups: [(index: UInt32, value: RecordID)] = []
+    /// More groups changed than are noted, or a key that names no record id.
+    private(set) var overflowed = false
+
+    init(indexes: [UInt32]) { self.indexes = indexes }
+
+    /// Notes the group of index key `key` (type tag, index tag, then the field's component:
+    /// a presence byte and, for a record id, its 16 bytes), if its index is kept.
+    mutating func note(_ key: KeyBytes) {
+        guard !overflowed, key.count >= 4 else { return }
+        let index = UInt32(key[0]) << 24 | UInt32(key[1]) << 16 | UInt32(key[2]) << 8 | UInt32(key[3])
+        guard indexes.contains(index) else { return }
+        // No value: the record is in no group (as in `groups(_:largerThan:)`).
+        if key.count == 5, key[4] == 0 { return }
+        guard key.count == 21, key[4] == 1 else { overflowed = true; return }
+        var high: UInt64 = 0, low: UInt64 = 0
+        for i in 5..<13 { high = high << 8 | UInt64(key[i]) }
+        for i in 13..<21 { low = low << 8 | UInt64(key[i]) }
+        let value = RecordID(high: high, low: low)
+        if groups.contains(where: { $0.index == index && $0.value == value }) { return }
+        guard groups.count < RecentCounts.groupsPerCommit else { overflowed = true; groups = []; return }
+        groups.append((index, value))
+    }
+
+    /// The index key of `value`'s group in `index`.
+    static func key(_ index: UInt32, _ value: RecordID) -> KeyBytes {
+        var key = StoreKeys.indexPrefix(UInt16(index >> 16), UInt16(truncatingIfNeeded: index))
+        IndexComponent.recordID(value, &key)
+        return key
+    }
+}
