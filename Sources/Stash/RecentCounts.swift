@@ -110,18 +110,17 @@ struct ChangedGroups {
     init(indexes: [UInt32]) { self.indexes = indexes }
 
     /// Notes the group of index key `key` (type tag, index tag, then the field's component:
-    /// a presence byte and, for a record id, its 16 bytes), if its index is kept.
-    mutating func note(_ key: KeyBytes) {
-        guard !overflowed, key.count >= 4 else { return }
-        let index = UInt32(key[0]) << 24 | UInt32(key[1]) << 16 | UInt32(key[2]) << 8 | UInt32(key[3])
+    /// a presence byte and, for a record id, its 16 bytes), if its index is kept. A few dozen
+    /// instructions for a key of another index.
+    mutating func note(_ key: borrowing KeyBytes) {
+        guard !overflowed, key.count >= 5 else { return }
+        let index = key.uint32(bigEndianAt: 0)
         guard indexes.contains(index) else { return }
+        let presence = key.byte(at: 4)
         // No value: the record is in no group (as in `groups(_:largerThan:)`).
-        if key.count == 5, key[4] == 0 { return }
-        guard key.count == 21, key[4] == 1 else { overflowed = true; return }
-        var high: UInt64 = 0, low: UInt64 = 0
-        for i in 5..<13 { high = high << 8 | UInt64(key[i]) }
-        for i in 13..<21 { low = low << 8 | UInt64(key[i]) }
-        let value = RecordID(high: high, low: low)
+        if key.count == 5, presence == 0 { return }
+        guard key.count == 21, presence == 1 else { overflowed = true; groups = []; return }
+        let value = RecordID(high: key.uint64(bigEndianAt: 5), low: key.uint64(bigEndianAt: 13))
         if groups.contains(where: { $0.index == index && $0.value == value }) { return }
         guard groups.count < RecentCounts.groupsPerCommit else { overflowed = true; groups = []; return }
         groups.append((index, value))

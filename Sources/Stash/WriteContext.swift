@@ -65,18 +65,20 @@ final class WriteContext: FieldTagResolver {
         self.init(path: store.path, txn: txn, dbs: store.dbs, catalog: catalog,
                   siteID: store.siteID, author: author, now: store.now)
         keptUniqueIndexes = store.keptUniqueIndexes
-        recentCounts = store.recentCounts
-        changedGroups = store.recentCounts.keptIndexes.map(ChangedGroups.init)
+        if let indexes = store.recentCounts.keptIndexes {
+            recentCounts = store.recentCounts
+            changedGroups = ChangedGroups(indexes: indexes)
+        }
     }
 
-    /// Where the counts this transaction leaves go once it commits, and the groups of the
-    /// kept indexes it changes (nil: nothing is kept, nothing is noted).
+    /// Where the counts this transaction leaves go once it commits (nil: nothing is kept,
+    /// nothing is noted), and the groups of the kept indexes it changes.
     private var recentCounts: RecentCounts?
-    @exclusivity(unchecked) private var changedGroups: ChangedGroups?
+    @exclusivity(unchecked) private var changedGroups = ChangedGroups(indexes: [])
 
     @inline(__always)
-    private func noteGroup(_ key: KeyBytes) {
-        if changedGroups != nil { changedGroups!.note(key) }
+    private func noteGroup(_ key: borrowing KeyBytes) {
+        if recentCounts != nil { changedGroups.note(key) }
     }
 
     /// Unique indexes ("Type.index") this process declares plain, kept unique at open (see
@@ -787,7 +789,7 @@ final class WriteContext: FieldTagResolver {
             let stored = try RecordReader.count(try txn.uint64(dbs.counts, key: key), of: tag, path)
             let total = max(0, stored + delta)
             try txn.put(dbs.counts, key: key, uint64: UInt64(total))
-            if changedGroups != nil { totals.append((tag, total)) }
+            if recentCounts != nil { totals.append((tag, total)) }
         }
         countDeltas.removeAll()
         if let lastClock {
@@ -826,7 +828,7 @@ extension WriteContext {
     /// earlier writer of its group commit included), so a group noted twice or put back as it
     /// was costs one read and lists its true size.
     private func keepCounts(_ totals: [(typeTag: UInt16, count: Int)], committedAs sequence: UInt64) throws {
-        guard let changedGroups, let recentCounts else { return }
+        guard let recentCounts else { return }
         var groups: [(index: UInt32, value: RecordID, size: Int)] = []
         if !changedGroups.overflowed {
             groups.reserveCapacity(changedGroups.groups.count)

@@ -114,6 +114,24 @@ public struct KeyBytes: ByteSource, Sendable, Equatable, Hashable, CustomStringC
 
     public var byteCount: Int { count }
 
+    /// The byte at `offset`, and the big-endian integers in the bytes from `offset`: read in
+    /// place, where the subscript goes through the storage's generic accessors (and a generic
+    /// reader here would not be specialized in other modules). O(1).
+    /// - Precondition: the bytes lie within the key.
+    public func byte(at offset: Int) -> UInt8 { load(offset, as: UInt8.self) }
+    /// See ``byte(at:)``.
+    public func uint32(bigEndianAt offset: Int) -> UInt32 { UInt32(bigEndian: load(offset, as: UInt32.self)) }
+    /// See ``byte(at:)``.
+    public func uint64(bigEndianAt offset: Int) -> UInt64 { UInt64(bigEndian: load(offset, as: UInt64.self)) }
+
+    @inline(__always)
+    private func load<T: FixedWidthInteger>(_ offset: Int, as type: T.Type) -> T {
+        precondition(offset >= 0 && offset + MemoryLayout<T>.size <= count, "KeyBytes read past its end")
+        return withUnsafePointer(to: self) { pointer in
+            (UnsafeRawPointer(pointer) + Self.storageOffset).loadUnaligned(fromByteOffset: offset, as: T.self)
+        }
+    }
+
     public func withLMDBBytes(_ body: (UnsafeRawBufferPointer) -> Int32) -> Int32 {
         withUnsafePointer(to: self) { pointer in
             body(UnsafeRawBufferPointer(start: UnsafeRawPointer(pointer) + Self.storageOffset, count: count))

@@ -4,6 +4,26 @@ import StashTestSupport
 import Testing
 
 @Suite struct KeyWalkTests {
+    /// `byte(at:)` and the big-endian readers give back what `append` and `appendBigEndian`
+    /// wrote, at any offset (unaligned ones included), as the subscript does byte by byte.
+    @Test func integersAreReadBackInPlaceAtAnyOffset() {
+        var rng = SeededGenerator(seed: 9)
+        for _ in 0..<200 {
+            var key = KeyBytes()
+            let lead = Int.random(in: 0..<9, using: &rng)
+            for _ in 0..<lead { key.append(UInt8.random(in: 0...255, using: &rng)) }
+            let byte = UInt8.random(in: 0...255, using: &rng), word = UInt32.random(in: 0...UInt32.max, using: &rng)
+            let long = UInt64.random(in: 0...UInt64.max, using: &rng)
+            key.append(byte)
+            key.appendBigEndian(word)
+            key.appendBigEndian(long)
+            #expect(key.byte(at: lead) == byte, "seed 9")
+            #expect(key.uint32(bigEndianAt: lead + 1) == word, "seed 9")
+            #expect(key.uint64(bigEndianAt: lead + 5) == long, "seed 9")
+            #expect((0..<key.count).map { key.byte(at: $0) } == key.bytes, "seed 9")
+        }
+    }
+
     @Test func groupsAreWalkedKeyByKeyWithTheirDuplicateCounts() throws {
         let dir = TemporaryDirectory()
         let env = try openEnvironment(dir.path)
