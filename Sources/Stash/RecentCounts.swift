@@ -29,11 +29,13 @@ final class RecentCounts: Sendable {
         let complete: Bool
     }
 
-    /// What is kept, and the commits kept (at most ``capacity``, the newest).
+    /// What is kept, and the commits kept: the last ``capacity`` handed over, in a ring
+    /// (`next` is where the next one goes).
     private struct State {
         var enabled = false
         var indexes: [UInt32] = []
         var commits: [Commit] = []
+        var next = 0
     }
 
     private let state = Mutex(State())
@@ -60,13 +62,16 @@ final class RecentCounts: Sendable {
         state.withLock { $0.enabled ? $0.indexes : nil }
     }
 
-    /// Adds a commit once it is durable. Commits of one group commit may arrive in any order.
+    /// Adds a commit once it is durable, in place of the one handed over ``capacity`` commits
+    /// earlier. Commits of one group commit may arrive in any order.
     func record(_ commit: Commit) {
         state.withLock { state in
-            if state.commits.count >= Self.capacity, let oldest = state.commits.indices.min(by: { state.commits[$0].to < state.commits[$1].to }) {
-                state.commits.remove(at: oldest)
+            if state.commits.count < Self.capacity {
+                state.commits.append(commit)
+            } else {
+                state.commits[state.next] = commit
             }
-            state.commits.append(commit)
+            state.next = (state.next + 1) % Self.capacity
         }
     }
 
@@ -123,6 +128,7 @@ struct ChangedGroups {
         let value = RecordID(high: key.uint64(bigEndianAt: 5), low: key.uint64(bigEndianAt: 13))
         if groups.contains(where: { $0.index == index && $0.value == value }) { return }
         guard groups.count < RecentCounts.groupsPerCommit else { overflowed = true; groups = []; return }
+        if groups.isEmpty { groups.reserveCapacity(4) }   // a move changes two groups: one allocation
         groups.append((index, value))
     }
 
