@@ -17,7 +17,7 @@ final class RecentCounts: Sendable {
         /// The history sequence before the commit's entry, and the entry's own.
         let from: UInt64
         let to: UInt64
-        /// The indexes kept when it was made (``Key``).
+        /// The indexes kept when it was made (``RecentCounts/key(typeTag:indexTag:)``).
         let indexes: [UInt32]
         /// The record count after it of each type whose count it changed.
         let totals: [(typeTag: UInt16, count: Int)]

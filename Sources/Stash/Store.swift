@@ -100,10 +100,10 @@ public final class Store: Sendable {
     /// was last confirmed for: a read at that snapshot uses it without looking (see
     /// ``catalog(for:)``); 0 when not confirmed for any.
     private let catalogBox: Mutex<(catalog: Catalog, confirmedAt: UInt64)>
-    /// The history bounds of the newest committed state a read snapshot asked for (see
-    /// ``historyBounds(snapshot:_:)``).
     /// The counts this store's own recent commits left, once a reader asks for them.
     let recentCounts = RecentCounts()
+    /// The history bounds of the newest committed state a read snapshot asked for (see
+    /// ``historyBounds(snapshot:_:)``).
     let boundsOfSnapshot = Mutex<(snapshot: UInt64, current: HistoryToken, purgedThrough: HistoryToken)?>(nil)
     /// The store's identity, made once at creation.
     public let storeID: RecordID
