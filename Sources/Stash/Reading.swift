@@ -180,7 +180,8 @@ extension StoreReading {
 
     /// The number of records of a type. O(1): one lookup in `counts`.
     public func count<R: Record>(_ type: R.Type) throws -> Int {
-        try reader.storedCount(try reader.layout(R.self).schema.tag)
+        let reader = reader   // one copy of the reader, not one per use
+        return try reader.storedCount(try reader.layout(R.self).schema.tag)
     }
 
     /// The number of records whose `keyPath` equals `value`.
@@ -191,6 +192,7 @@ extension StoreReading {
     /// one a type the open cannot probe does not store under its name (a computed or renamed
     /// property), is compared on each decoded record: O(records of the type).
     public func count<R: Record, V: IndexableValue>(_ type: R.Type, where keyPath: KeyPath<R, V>, equals value: V) throws -> Int {
+        let reader = reader   // one copy of the reader, not one per use
         if let n = try reader.catalog.exactIndexCount(keyPath, R.self, equals: value, reader.indexCount) { return n }
         let name = fieldName(of: keyPath)
         let encoded: FieldValue
@@ -231,6 +233,7 @@ extension StoreReading {
     /// order), so combine `fetchLimit` with a sort when the subset matters.
     /// - Throws: `.invalidValue` for a negative `fetchLimit` or `fetchOffset`.
     public func fetch<R: Record>(_ descriptor: FetchDescriptor<R>) throws -> [R] {
+        let reader = reader   // one copy of the reader, not one per use
         for (name, value) in [("fetchLimit", descriptor.fetchLimit), ("fetchOffset", descriptor.fetchOffset)] {
             if let value, value < 0 {
                 throw StoreError(.invalidValue, "store \(reader.path): \(name) of a fetch of \(R.recordType) is \(value); it counts records, so give 0 or more (nil: no \(name == "fetchLimit" ? "limit" : "offset"))")
@@ -265,6 +268,7 @@ extension StoreReading {
     /// The number of records matching `descriptor`'s predicate (limit and offset ignored).
     /// O(1) when the plan is an index equality with nothing left to filter.
     public func fetchCount<R: Record>(_ descriptor: FetchDescriptor<R>) throws -> Int {
+        let reader = reader   // one copy of the reader, not one per use
         if let expression = descriptor.expression,
            let n = try PredicateAnalyzer.exactIndexCount(of: expression, descriptor, in: reader.catalog, reader.indexCount) {
             return n

@@ -214,6 +214,7 @@ extension StoreReading {
     /// ``FieldValue`` array or map, compared on each decoded record.
     public func count<R: Record, V: IndexableValue>(_ index: IndexHandle<R, V>, equals value: V) throws -> Int {
         if isNaNIndexValue(value) { return 0 }
+        let reader = reader   // one copy of the reader, not one per use
         let field = try index.confirm(in: reader.catalog, of: reader.store)
         guard field.keyMatchesStoredKind, !isUncanonicalIndexValue(value) else { return try countDecoding(index.keyPath.keyPath, equals: try FieldValue(encoding: value)) }
         var key = StoreKeys.indexPrefix(index.typeTag, index.indexTag)

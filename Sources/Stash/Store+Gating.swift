@@ -74,6 +74,7 @@ extension StoreReading {
     /// than the whole type. Strings longer than the indexed prefix group by that prefix
     /// (an upper bound).
     public func largestGroupCount<R: Record, V: IndexableValue>(_ index: IndexHandle<R, V>) throws -> Int {
+        let reader = reader   // one copy of the reader, not one per use
         try index.confirm(in: reader.catalog, of: reader.store)
         var largest = 0
         try reader.txn.forEachKeyWithCount(index.database, prefix: StoreKeys.indexPrefix(index.typeTag, index.indexTag)) { _, count in
@@ -95,6 +96,7 @@ extension StoreReading {
     /// - Throws: `.invalidValue` when the record's `encode(to:)` stores the field in another
     ///   form than a record id (as text, say): its index then holds no record ids to name.
     public func groups<R: Record>(_ index: IndexHandle<R, RecordID>, largerThan size: Int) throws -> [(value: RecordID, count: Int)] {
+        let reader = reader   // one copy of the reader, not one per use
         let field = try index.confirm(in: reader.catalog, of: reader.store)
         guard field.keyMatchesStoredKind else {
             throw StoreError(.invalidValue, "store \(reader.path): \(R.recordType).\(index.field) is stored as \(field.storedKind?.rawValue ?? "?") (its encode(to:) writes it so), not as a record id (uuid); groups(_:largerThan:) names record ids: store the property as it encodes itself")
