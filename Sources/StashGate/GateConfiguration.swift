@@ -84,15 +84,39 @@ public enum GateOverride: String, Sendable, Hashable {
 /// (the type must declare `.index(\.homeID)`).
 public struct LimitRule: Sendable {
     /// The stored type name.
-    public let typeName: String
+    public var typeName: String { parts.typeName }
     /// The records the free tier may hold (in all, or per parent). Creating one more is
     /// denied (``denial``) once there are `maximum`; holding more (after a downgrade from
     /// premium, say) denies every creation, of any type, with ``DenialReason/overLimit``.
-    public let maximum: Int
+    public var maximum: Int { parts.maximum }
     /// The parent field for per-parent limits.
-    public let parentField: String?
-    let typeKey: ObjectIdentifier?
-    let counter: any LimitCounter
+    public var parentField: String? { parts.parentField }
+    var typeKey: ObjectIdentifier? { parts.typeKey }
+    var counter: any LimitCounter { parts.counter }
+
+    /// A check goes through every rule: behind one reference, a rule copies as one retain
+    /// instead of two strings and a counter (a tenth of a check's instructions).
+    private let parts: Parts
+
+    private final class Parts: Sendable {
+        let typeName: String
+        let maximum: Int
+        let parentField: String?
+        let typeKey: ObjectIdentifier?
+        let counter: any LimitCounter
+
+        init(typeName: String, maximum: Int, parentField: String?, typeKey: ObjectIdentifier?, counter: any LimitCounter) {
+            self.typeName = typeName
+            self.maximum = maximum
+            self.parentField = parentField
+            self.typeKey = typeKey
+            self.counter = counter
+        }
+    }
+
+    private init(typeName: String, maximum: Int, parentField: String?, typeKey: ObjectIdentifier?, counter: any LimitCounter) {
+        parts = Parts(typeName: typeName, maximum: maximum, parentField: parentField, typeKey: typeKey, counter: counter)
+    }
 
     /// At most `maximum` records of `type` in the store.
     public static func maxRecords<R: Record>(_ type: R.Type, _ maximum: Int) -> LimitRule {
