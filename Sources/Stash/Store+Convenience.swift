@@ -127,20 +127,67 @@ public struct IndexHandle<R: Record, V: IndexableValue>: Sendable {
     /// name other things there). Two comparisons while the schema does not change.
     @discardableResult
     func confirm(in catalog: Catalog, of store: Store) throws -> IndexFieldState {
-        guard store.storeID == storeID else {
-            throw StoreError(.invalidValue, "store \(store.path): this handle on \(R.recordType).\(field) was made by another store (\(storeID)); make one with index(_:) of this store")
-        }
-        let path = store.path
-        let generation = catalog.generation
-        let confirmed = confirmedGeneration.value.load(ordering: .relaxed)
-        if confirmed >> IndexFieldState.bits == generation { return IndexFieldState(bits: confirmed) }
-        let type = catalog.layoutsByTag[typeTag]?.schema
-        guard let type, type.name == R.recordType, type.indexes.contains(where: { $0.tag == indexTag && $0.fields == [field] }) else {
-            throw StoreError(.noSuchIndex, "store \(path): the index of \(R.recordType) on '\(field)' was dropped since this handle was made (another process opened the store with dropsUndeclaredIndexes); declare it again, or count without the handle")
-        }
-        let state = IndexFieldState(V.self, type.field(named: field)?.kind)
-        confirmedGeneration.value.store(state.packed(generation), ordering: .relaxed)
-        return state
+        try confirmIndex(typeTag: typeTag, indexTag: indexTag, field: field, recordType: R.recordType, valueType: V.self,
+                         storeID: storeID, confirmedGeneration, in: catalog, of: store)
+    }
+}
+
+/// ``IndexHandle/confirm(in:of:)`` with the handle's parts: the same for a handle whose types
+/// are erased (``RecordIDIndex``). `recordType` is read only when the schema changed, or to
+/// say what went wrong.
+private func confirmIndex(typeTag: UInt16, indexTag: UInt16, field: String, recordType: @autoclosure () -> String, valueType: Any.Type,
+                          storeID: RecordID, _ confirmedGeneration: ConfirmedGeneration, in catalog: Catalog, of store: Store) throws -> IndexFieldState {
+    guard store.storeID == storeID else {
+        throw StoreError(.invalidValue, "store \(store.path): this handle on \(recordType()).\(field) was made by another store (\(storeID)); make one with index(_:) of this store")
+    }
+    let generation = catalog.generation
+    let confirmed = confirmedGeneration.value.load(ordering: .relaxed)
+    if confirmed >> IndexFieldState.bits == generation { return IndexFieldState(bits: confirmed) }
+    let type = catalog.layoutsByTag[typeTag]?.schema
+    guard let type, type.name == recordType(), type.indexes.contains(where: { $0.tag == indexTag && $0.fields == [field] }) else {
+        throw StoreError(.noSuchIndex, "store \(store.path): the index of \(recordType()) on '\(field)' was dropped since this handle was made (another process opened the store with dropsUndeclaredIndexes); declare it again, or count without the handle")
+    }
+    let state = IndexFieldState(valueType, type.field(named: field)?.kind)
+    confirmedGeneration.value.store(state.packed(generation), ordering: .relaxed)
+    return state
+}
+
+/// An ``IndexHandle`` on a record-id field with its types erased, for counting through it from
+/// code that is generic over the record type in another module (StashGate's limits): the
+/// generic ``StoreReading/count(_:equals:)`` is not specialized there, and looks up the
+/// handle's type metadata at every call (about a thousand instructions, measured with
+/// callgrind). It shares the handle's confirmed schema generation.
+package struct RecordIDIndex: Sendable {
+    let typeTag: UInt16
+    let indexTag: UInt16
+    let field: String
+    let recordType: String
+    let database: Database
+    let storeID: RecordID
+    let confirmedGeneration: ConfirmedGeneration
+}
+
+extension IndexHandle where V == RecordID {
+    /// This handle with its types erased.
+    package var erased: RecordIDIndex {
+        RecordIDIndex(typeTag: typeTag, indexTag: indexTag, field: field, recordType: R.recordType, database: database,
+                      storeID: storeID, confirmedGeneration: confirmedGeneration)
+    }
+}
+
+extension StoreReading {
+    /// ``count(_:equals:)`` through the erased handle: the same answer, O(1), no allocation.
+    /// nil when the record's `encode(to:)` stores the field in another form than a record id:
+    /// count through the typed handle then, which compares decoded records.
+    package func count(_ index: RecordIDIndex, equals value: RecordID) throws -> Int? {
+        let reader = reader   // one copy of the reader, not one per use
+        let field = try confirmIndex(typeTag: index.typeTag, indexTag: index.indexTag, field: index.field, recordType: index.recordType,
+                                     valueType: RecordID.self, storeID: index.storeID, index.confirmedGeneration,
+                                     in: reader.catalog, of: reader.store)
+        guard field.keyMatchesStoredKind else { return nil }
+        var key = StoreKeys.indexPrefix(index.typeTag, index.indexTag)
+        IndexComponent.recordID(value, &key)
+        return try reader.txn.duplicateCount(index.database, key: key)
     }
 }
 

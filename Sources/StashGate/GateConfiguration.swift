@@ -212,9 +212,14 @@ struct UncheckedKeyPath<R: Record>: @unchecked Sendable {
 }
 
 struct TypedLimitCounter<R: Record>: LimitCounter {
+    /// `index` with its types erased: what every check counts the target parent through.
+    /// First, so that its place in the struct is known without the generic type's metadata.
+    private(set) var erasedIndex: RecordIDIndex?
     let parent: UncheckedKeyPath<R>?
     var type: TypeHandle<R>?
-    var index: IndexHandle<R, RecordID>?
+    var index: IndexHandle<R, RecordID>? {
+        didSet { erasedIndex = index?.erased }
+    }
     /// What `type` and `index` are kept under in the store's recent counts.
     var recentCounts: RecentCountsKey?
 
@@ -241,6 +246,7 @@ struct TypedLimitCounter<R: Record>: LimitCounter {
     func total<S: StoreReading>(_ reading: S) throws -> Int { try reading.count(type!) }
 
     func count<S: StoreReading>(_ reading: S, parent: RecordID) throws -> Int {
+        if let erasedIndex, let count = try reading.count(erasedIndex, equals: parent) { return count }
         guard let index else { return try total(reading) }
         return try reading.count(index, equals: parent)
     }
