@@ -180,10 +180,27 @@ extension Store {
     }
 
     func historyBounds<T: TransactionReading>(_ txn: T) throws -> (current: HistoryToken, purgedThrough: HistoryToken) {
-        let next = try txn.uint64(dbs.meta, key: MetaKey.nextSequence) ?? 1
         let purged = try txn.uint64(dbs.meta, key: MetaKey.purgedThrough) ?? 0
+        return (HistoryToken(sequence: try currentSequence(txn)), HistoryToken(sequence: purged))
+    }
+
+    /// The sequence of the newest entry `txn` sees (0: none).
+    private func currentSequence<T: TransactionReading>(_ txn: T) throws -> UInt64 {
+        let next = try txn.uint64(dbs.meta, key: MetaKey.nextSequence) ?? 1
         // 0 is never stored (sequences start at 1): damage, which `verify` reports.
-        return (HistoryToken(sequence: max(next, 1) - 1), HistoryToken(sequence: purged))
+        return max(next, 1) - 1
+    }
+
+    /// ``historyBounds(snapshot:_:)``'s `current` alone: one metadata read, none for a
+    /// snapshot of a state asked for before (a gate reads it first at every check, and
+    /// after each commit of a new state).
+    func currentSequence<T: TransactionReading>(snapshot: UInt64, _ txn: T) throws -> UInt64 {
+        if let kept = sequenceOfSnapshot.withLock({ $0 }), kept.snapshot == snapshot { return kept.sequence }
+        let sequence = try currentSequence(txn)
+        sequenceOfSnapshot.withLock { kept in
+            if (kept?.snapshot ?? 0) <= snapshot { kept = (snapshot, sequence) }
+        }
+        return sequence
     }
 
     /// ``historyBounds(_:)`` of a read snapshot of committed state `snapshot`

@@ -100,6 +100,15 @@ extension StoreReading {
         return try reader.store.historyBounds(snapshot: snapshot, reader.txn)
     }
 
+    /// The sequence of the newest history entry this reading sees: `historyBounds().current`
+    /// alone, one metadata read instead of two (none in a read snapshot of a state asked for
+    /// before).
+    package func historySequence() throws -> UInt64 {
+        let reader = self.reader
+        guard let snapshot = reader.snapshotID else { return try reader.store.historyBounds(reader.txn).current.sequence }
+        return try reader.store.currentSequence(snapshot: snapshot, reader.txn)
+    }
+
     /// History entries after `token` as seen by this transaction (see ``Store/history(after:types:limit:)``).
     public func history(after token: HistoryToken, limit: Int? = nil) throws -> [HistoryEntry] {
         try historyPage(after: token, limit: limit).entries

@@ -105,6 +105,9 @@ public final class Store: Sendable {
     /// The history bounds of the newest committed state a read snapshot asked for (see
     /// ``historyBounds(snapshot:_:)``).
     let boundsOfSnapshot = Mutex<(snapshot: UInt64, current: HistoryToken, purgedThrough: HistoryToken)?>(nil)
+    /// The newest history sequence of the newest committed state a read snapshot asked for
+    /// it alone (see ``currentSequence(snapshot:_:)``).
+    let sequenceOfSnapshot = Mutex<(snapshot: UInt64, sequence: UInt64)?>(nil)
     /// The store's identity, made once at creation.
     public let storeID: RecordID
     /// This replica's site id (history records it as the origin), made at creation, and made

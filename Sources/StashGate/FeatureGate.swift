@@ -100,8 +100,8 @@ public final class FeatureGate: Sendable {
     /// open, such as an index rebuild, change no count; a process opening with types that lack
     /// the parent index keeps it exact, and only `StoreOptions.dropsUndeclaredIndexes` removes
     /// it, after which no count of it holds until every process reopens), so the sequence a read snapshot sees
-    /// names its counts exactly: later snapshots of that state read two metadata values
-    /// instead of the totals and the parents. A newer state, or a write transaction (which
+    /// names its counts exactly: later snapshots of that state read one metadata value (none
+    /// for the same committed state) instead of the totals and the parents. A newer state, or a write transaction (which
     /// also sees its own uncommitted changes), starts from the parents cached for an older
     /// sequence and recounts only those and the parents of the records changed since
     /// (``LimitCounter/groupsOver(_:_:since:)``), so the walk runs once, not once per commit.
@@ -630,7 +630,7 @@ public final class FeatureGate: Sendable {
         // types, or nothing, in a store whose schema grew in another order.
         let rules = ownStore ? self.rules : try self.rules.map { try $0.resolved(in: reading.store) }
         let isSnapshot = ownStore && S.self == StoreSnapshot.self
-        var sequence = isSnapshot && readsSequenceFirst.load(ordering: .relaxed) ? try reading.historyBounds().current.sequence : nil
+        var sequence = isSnapshot && readsSequenceFirst.load(ordering: .relaxed) ? try reading.historySequence() : nil
         var reached: DenialReason?
         for (position, rule) in rules.enumerated() {
             let counts = try counts(position, rule, reading, isSnapshot: isSnapshot, ownStore: ownStore, sequence: &sequence)
@@ -672,7 +672,7 @@ public final class FeatureGate: Sendable {
         if rule.parentField != nil, counts.total > rule.maximum {
             if sequence == nil {
                 if isSnapshot { readsSequenceFirst.store(true, ordering: .relaxed) }
-                sequence = try reading.historyBounds().current.sequence
+                sequence = try reading.historySequence()
                 counts.sequence = sequence
             }
             var base = ownStore ? cached.sequence.flatMap { at in cached.groups.parents.map { (cursor(at), $0) } } : nil
@@ -714,7 +714,7 @@ public final class FeatureGate: Sendable {
     /// nil when the counter cannot name the parents.
     private func committedParents(_ position: Int, _ rule: LimitRule) throws -> GroupsOver.Base? {
         try store.read { snapshot in
-            var sequence: UInt64? = try snapshot.historyBounds().current.sequence
+            var sequence: UInt64? = try snapshot.historySequence()
             let counts = try counts(position, rule, snapshot, isSnapshot: true, sequence: &sequence)
             return sequence.flatMap { at in counts.groups.parents.map { (cursor(at), $0) } }
         }

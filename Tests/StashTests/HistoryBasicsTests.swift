@@ -76,6 +76,30 @@ import StashTestSupport
         #expect(try store.verify().isClean)
     }
 
+    /// `historySequence()` (one metadata read, kept per committed state) is
+    /// `historyBounds().current` in snapshots old and new, in a write transaction, and after
+    /// a commit of another `Store` on the directory.
+    @Test func theHistorySequenceIsTheCurrentBound() throws {
+        let dir = TemporaryDirectory()
+        let store = try Store.open(at: dir.path, types: [Home.self, Item.self])
+        let other = try Store.open(at: dir.path, types: [Home.self, Item.self])
+        try store.read { snapshot throws in #expect(try snapshot.historySequence() == 0) }
+        for round in 0..<4 {
+            try (round == 2 ? other : store).insert(Home(name: "h\(round)"))
+            try store.read { snapshot throws in
+                #expect(try snapshot.historySequence() == UInt64(round + 1))
+                #expect(try snapshot.historySequence() == snapshot.historyBounds().current.sequence)
+            }
+            do {
+                try store.write { tx throws in
+                    try tx.insert(Home(name: "pending"))
+                    #expect(try tx.historySequence() == UInt64(round + 1))   // its own entry is not written yet
+                    throw Rollback()
+                } as Void
+            } catch is Rollback {}
+        }
+    }
+
     @Test func abortedAndEmptyTransactionsAddNoEntry() throws {
         let dir = TemporaryDirectory()
         let store = try Store.open(at: dir.path, types: [Home.self, Item.self])
