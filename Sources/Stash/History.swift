@@ -185,7 +185,7 @@ extension Store {
     }
 
     /// The sequence of the newest entry `txn` sees (0: none).
-    private func currentSequence<T: TransactionReading>(_ txn: T) throws -> UInt64 {
+    func currentSequence<T: TransactionReading>(_ txn: T) throws -> UInt64 {
         let next = try txn.uint64(dbs.meta, key: MetaKey.nextSequence) ?? 1
         // 0 is never stored (sequences start at 1): damage, which `verify` reports.
         return max(next, 1) - 1

@@ -105,7 +105,7 @@ extension StoreReading {
     /// before).
     package func historySequence() throws -> UInt64 {
         let reader = self.reader
-        guard let snapshot = reader.snapshotID else { return try reader.store.historyBounds(reader.txn).current.sequence }
+        guard let snapshot = reader.snapshotID else { return try reader.store.currentSequence(reader.txn) }
         return try reader.store.currentSequence(snapshot: snapshot, reader.txn)
     }
 

@@ -99,9 +99,10 @@ public final class FeatureGate: Sendable {
     /// and each one that changes a record commits a new history entry (schema changes at
     /// open, such as an index rebuild, change no count; a process opening with types that lack
     /// the parent index keeps it exact, and only `StoreOptions.dropsUndeclaredIndexes` removes
-    /// it, after which no count of it holds until every process reopens), so the sequence a read snapshot sees
-    /// names its counts exactly: later snapshots of that state read one metadata value (none
-    /// for the same committed state) instead of the totals and the parents. A newer state, or a write transaction (which
+    /// it, after which no count of it holds until every process reopens), so the sequence a
+    /// read snapshot sees names its counts exactly: later snapshots of that state read one
+    /// metadata value (none for the same committed state) instead of the totals and the
+    /// parents. A newer state, or a write transaction (which
     /// also sees its own uncommitted changes), starts from the parents cached for an older
     /// sequence and recounts only those and the parents of the records changed since
     /// (``LimitCounter/groupsOver(_:_:since:)``), so the walk runs once, not once per commit.
