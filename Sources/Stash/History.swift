@@ -195,12 +195,10 @@ extension Store {
     /// snapshot of a state asked for before (a gate reads it first at every check, and
     /// after each commit of a new state).
     func currentSequence<T: TransactionReading>(snapshot: UInt64, _ txn: T) throws -> UInt64 {
-        if let kept = sequenceOfSnapshot.withLock({ $0 }), kept.snapshot == snapshot { return kept.sequence }
-        let sequence = try currentSequence(txn)
-        sequenceOfSnapshot.withLock { kept in
-            if (kept?.snapshot ?? 0) <= snapshot { kept = (snapshot, sequence) }
-        }
-        return sequence
+        if let kept = boundsOfSnapshot.withLock({ $0 }), kept.snapshot == snapshot { return kept.current.sequence }
+        let current = HistoryToken(sequence: try currentSequence(txn))
+        keepBounds(of: snapshot, current: current, purgedThrough: nil)
+        return current.sequence
     }
 
     /// ``historyBounds(_:)`` of a read snapshot of committed state `snapshot`
@@ -209,14 +207,21 @@ extension Store {
     /// first (a gate deciding whether its counts are current) take a lock instead of two
     /// B-tree lookups. O(1) when kept.
     func historyBounds<T: TransactionReading>(snapshot: UInt64, _ txn: T) throws -> (current: HistoryToken, purgedThrough: HistoryToken) {
-        if let kept = boundsOfSnapshot.withLock({ $0 }), kept.snapshot == snapshot {
-            return (kept.current, kept.purgedThrough)
+        if let kept = boundsOfSnapshot.withLock({ $0 }), kept.snapshot == snapshot, let purgedThrough = kept.purgedThrough {
+            return (kept.current, purgedThrough)
         }
         let bounds = try historyBounds(txn)
-        boundsOfSnapshot.withLock { kept in
-            if (kept?.snapshot ?? 0) <= snapshot { kept = (snapshot, bounds.current, bounds.purgedThrough) }
-        }
+        keepBounds(of: snapshot, current: bounds.current, purgedThrough: bounds.purgedThrough)
         return bounds
+    }
+
+    /// Keeps the bounds of `snapshot` unless those of a newer state are kept (or the same
+    /// state's with its purge point, when `purgedThrough` was not read).
+    private func keepBounds(of snapshot: UInt64, current: HistoryToken, purgedThrough: HistoryToken?) {
+        boundsOfSnapshot.withLock { kept in
+            if let kept, kept.snapshot > snapshot || (kept.snapshot == snapshot && purgedThrough == nil) { return }
+            kept = (snapshot, current, purgedThrough)
+        }
     }
 
     /// Committed transactions after `token`, in commit order.

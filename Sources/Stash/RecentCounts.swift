@@ -121,7 +121,7 @@ struct ChangedGroups {
         guard !overflowed, key.count >= 5 else { return }
         let index = key.uint32(bigEndianAt: 0)
         guard indexes.contains(index) else { return }
-        let presence = key.byte(at: 4)
+        let presence = key[4]
         // No value: the record is in no group (as in `groups(_:largerThan:)`).
         if key.count == 5, presence == 0 { return }
         guard key.count == 21, presence == 1 else { overflowed = true; groups = []; return }

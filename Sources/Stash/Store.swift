@@ -103,11 +103,9 @@ public final class Store: Sendable {
     /// The counts this store's own recent commits left, once a reader asks for them.
     let recentCounts = RecentCounts()
     /// The history bounds of the newest committed state a read snapshot asked for (see
-    /// ``historyBounds(snapshot:_:)``).
-    let boundsOfSnapshot = Mutex<(snapshot: UInt64, current: HistoryToken, purgedThrough: HistoryToken)?>(nil)
-    /// The newest history sequence of the newest committed state a read snapshot asked for
-    /// it alone (see ``currentSequence(snapshot:_:)``).
-    let sequenceOfSnapshot = Mutex<(snapshot: UInt64, sequence: UInt64)?>(nil)
+    /// ``historyBounds(snapshot:_:)``); the purge point nil when only the current entry was
+    /// asked for (``currentSequence(snapshot:_:)``).
+    let boundsOfSnapshot = Mutex<(snapshot: UInt64, current: HistoryToken, purgedThrough: HistoryToken?)?>(nil)
     /// The store's identity, made once at creation.
     public let storeID: RecordID
     /// This replica's site id (history records it as the origin), made at creation, and made

@@ -839,7 +839,6 @@ extension WriteContext {
         let commit = RecentCounts.Commit(from: sequence - 1, to: sequence, indexes: changedGroups.indexes, totals: totals,
                                          groups: groups, complete: !changedGroups.overflowed)
         afterCommit { recentCounts.record(commit) }
-        self.changedGroups = ChangedGroups(indexes: changedGroups.indexes)
     }
 }
 

@@ -33,7 +33,7 @@ public struct KeyBytes: ByteSource, Sendable, Equatable, Hashable, CustomStringC
 
     public subscript(index: Int) -> UInt8 {
         precondition(index >= 0 && index < count, "KeyBytes index out of range")
-        return storage[index]
+        return load(index, as: UInt8.self)
     }
 
     public mutating func append(_ byte: UInt8) {
@@ -114,20 +114,25 @@ public struct KeyBytes: ByteSource, Sendable, Equatable, Hashable, CustomStringC
 
     public var byteCount: Int { count }
 
-    /// The byte at `offset`, and the big-endian integers in the bytes from `offset`: read in
-    /// place, where the subscript goes through the storage's generic accessors (and a generic
-    /// reader here would not be specialized in other modules). O(1).
+    /// The big-endian integers in the bytes from `offset`, read in place (as the subscript
+    /// reads a byte) rather than assembled byte by byte. O(1).
     /// - Precondition: the bytes lie within the key.
-    public func byte(at offset: Int) -> UInt8 { load(offset, as: UInt8.self) }
-    /// See ``byte(at:)``.
-    public func uint32(bigEndianAt offset: Int) -> UInt32 { UInt32(bigEndian: load(offset, as: UInt32.self)) }
-    /// See ``byte(at:)``.
-    public func uint64(bigEndianAt offset: Int) -> UInt64 { UInt64(bigEndian: load(offset, as: UInt64.self)) }
+    public func uint32(bigEndianAt offset: Int) -> UInt32 {
+        precondition(offset >= 0 && offset + 4 <= count, "KeyBytes read past its end")
+        return UInt32(bigEndian: load(offset, as: UInt32.self))
+    }
 
+    /// See ``uint32(bigEndianAt:)``.
+    public func uint64(bigEndianAt offset: Int) -> UInt64 {
+        precondition(offset >= 0 && offset + 8 <= count, "KeyBytes read past its end")
+        return UInt64(bigEndian: load(offset, as: UInt64.self))
+    }
+
+    /// The `T` at `offset` in the storage, in place: the storage's own subscript goes through
+    /// generic accessors. The caller checks the bounds.
     @inline(__always)
     private func load<T: FixedWidthInteger>(_ offset: Int, as type: T.Type) -> T {
-        precondition(offset >= 0 && offset + MemoryLayout<T>.size <= count, "KeyBytes read past its end")
-        return withUnsafePointer(to: self) { pointer in
+        withUnsafePointer(to: self) { pointer in
             (UnsafeRawPointer(pointer) + Self.storageOffset).loadUnaligned(fromByteOffset: offset, as: T.self)
         }
     }

@@ -4,7 +4,7 @@ import StashTestSupport
 import Testing
 
 @Suite struct KeyWalkTests {
-    /// `byte(at:)` and the big-endian readers give back what `append` and `appendBigEndian`
+    /// The subscript and the big-endian readers give back what `append` and `appendBigEndian`
     /// wrote, at any offset (unaligned ones included), as the subscript does byte by byte.
     @Test func integersAreReadBackInPlaceAtAnyOffset() {
         var rng = SeededGenerator(seed: 9)
@@ -17,10 +17,10 @@ import Testing
             key.append(byte)
             key.appendBigEndian(word)
             key.appendBigEndian(long)
-            #expect(key.byte(at: lead) == byte, "seed 9")
+            #expect(key[lead] == byte, "seed 9")
             #expect(key.uint32(bigEndianAt: lead + 1) == word, "seed 9")
             #expect(key.uint64(bigEndianAt: lead + 5) == long, "seed 9")
-            #expect((0..<key.count).map { key.byte(at: $0) } == key.bytes, "seed 9")
+            #expect((0..<key.count).map { key[$0] } == key.bytes, "seed 9")
         }
     }
 
