@@ -36,6 +36,19 @@ final class RecentCounts: Sendable {
         var indexes: [UInt32] = []
         var commits: [Commit] = []
         var next = 0
+
+        /// The kept commit whose history entry follows sequence `from`, looked for newest
+        /// first: a reader is usually one or a few commits behind, so this reads one or a few
+        /// entries of the ring, not all of it (the first check after a commit meets them out
+        /// of the cache).
+        func commit(from: UInt64) -> Commit? {
+            var position = next
+            for _ in 0..<commits.count {
+                position = (position == 0 ? commits.count : position) - 1
+                if commits[position].from == from { return commits[position] }
+            }
+            return nil
+        }
     }
 
     private let state = Mutex(State())
@@ -86,12 +99,12 @@ final class RecentCounts: Sendable {
         state.withLock { state in
             var at = from
             while at < to {
-                guard let commit = state.commits.first(where: { $0.from == at }), commit.to <= to else { return false }
+                guard let commit = state.commit(from: at), commit.to <= to else { return false }
                 if let index, !commit.complete || !commit.indexes.contains(index) { return false }
                 at = commit.to
             }
             at = from
-            while at < to, let commit = state.commits.first(where: { $0.from == at }) {
+            while at < to, let commit = state.commit(from: at) {
                 for entry in commit.totals where entry.typeTag == typeTag { total = entry.count }
                 if let index {
                     for group in commit.groups where group.index == index { visit(group.value, group.size) }
