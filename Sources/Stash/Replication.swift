@@ -232,7 +232,7 @@ public struct FieldState: Sendable, Equatable {
 struct RecordVersions: Equatable {
     var incarnation: Version?
     var tombstone: Version?
-    var fields: [UInt16: Version]
+    var fields: FieldVersions
 
     func encoded() -> [UInt8] {
         var w = ByteWriter(capacity: 64)
@@ -246,10 +246,9 @@ struct RecordVersions: Equatable {
         encode(into: &w, reusing: &scratch)
     }
 
-    /// The arrays ``encode(into:reusing:)`` sorts and numbers versions in, kept by a caller
-    /// that encodes record after record: no allocation per record once they have grown.
+    /// The array ``encode(into:reusing:)`` numbers versions in, kept by a caller that encodes
+    /// record after record: no allocation per record once it has grown.
     struct EncodingScratch {
-        var entries: [(tag: UInt16, version: Version)] = []
         var table: [Version] = []
     }
 
@@ -260,23 +259,20 @@ struct RecordVersions: Equatable {
         if incarnation != nil { flags |= 1 }
         if tombstone != nil { flags |= 2 }
         w.bytes.append(flags)
-        // Distinct versions in first-use order: incarnation, tombstone, then fields by tag.
-        // The fields are sorted once as pairs: no dictionary lookup per tag.
-        scratch.entries.removeAll(keepingCapacity: true)
-        for (tag, version) in fields { scratch.entries.append((tag, version)) }
-        scratch.entries.sort { $0.tag < $1.tag }
+        // Distinct versions in first-use order: incarnation, tombstone, then fields by tag
+        // (the order `fields` keeps them in).
         scratch.table.removeAll(keepingCapacity: true)
         func index(_ v: Version) -> Int { scratch.table.firstIndex(of: v) ?? scratch.table.count }
         func note(_ v: Version?) { if let v, index(v) == scratch.table.count { scratch.table.append(v) } }
         note(incarnation)
         note(tombstone)
-        for entry in scratch.entries { note(entry.version) }
+        for entry in fields { note(entry.version) }
         w.varint(UInt64(scratch.table.count))
         for v in scratch.table { Self.write(v, &w) }
         if let incarnation { w.varint(UInt64(index(incarnation))) }
         if let tombstone { w.varint(UInt64(index(tombstone))) }
-        w.varint(UInt64(scratch.entries.count))
-        for entry in scratch.entries {
+        w.varint(UInt64(fields.count))
+        for entry in fields {
             w.varint(UInt64(entry.tag))
             w.varint(UInt64(index(entry.version)))
         }
@@ -316,7 +312,7 @@ struct RecordVersions: Equatable {
         w.bigEndian(version.site.low)
     }
 
-    init(incarnation: Version?, tombstone: Version?, fields: [UInt16: Version]) {
+    init(incarnation: Version?, tombstone: Version?, fields: FieldVersions) {
         self.incarnation = incarnation
         self.tombstone = tombstone
         self.fields = fields
@@ -327,12 +323,14 @@ struct RecordVersions: Equatable {
         guard try r.byte() == 1 else { throw RecordFormatError(reason: "unknown versions format") }
         let flags = try r.byte()
         let n = try r.varint()
-        guard n <= UInt64(bytes.count) else { throw RecordFormatError(reason: "bad version table") }
+        // A version takes at least 17 bytes (a clock, a site): a larger count is refused before
+        // the table is allocated at its size.
+        guard n <= UInt64(bytes.count / 17) else { throw RecordFormatError(reason: "bad version table") }
         var table: [Version] = []
+        table.reserveCapacity(Int(n))
         for _ in 0..<n {
             let clock = try r.varint()
-            guard let site = RecordID(bytes: try r.take(16)) else { throw RecordFormatError(reason: "bad site") }
-            table.append(Version(clock: clock, site: site))
+            table.append(Version(clock: clock, site: try r.payloadRecordID()))
         }
         func version() throws -> Version {
             let i = Int(clamping: try r.varint())
@@ -344,11 +342,71 @@ struct RecordVersions: Equatable {
         let count = try r.varint()
         // Each field takes at least one byte: a larger count is refused before any allocation.
         guard count <= UInt64(bytes.count) else { throw RecordFormatError(reason: "bad field count") }
-        var fields = [UInt16: Version](minimumCapacity: Int(count))
+        var fields = FieldVersions(minimumCapacity: Int(count))
         for _ in 0..<count {
             let tag = UInt16(truncatingIfNeeded: try r.varint())
             fields[tag] = try version()
         }
         self.fields = fields
+    }
+}
+
+/// The version of each field of a record, by tag: at most one per tag, kept in tag order,
+/// which is the order ``RecordVersions`` stores them in. A record has a few dozen fields at
+/// most, so a sorted array serves where a dictionary hashed every tag and allocated its
+/// table: decoding a stored entry appends in order, a lookup is a binary search.
+struct FieldVersions: Equatable, Sequence, ExpressibleByDictionaryLiteral {
+    struct Entry: Equatable {
+        let tag: UInt16
+        var version: Version
+    }
+
+    private var entries: [Entry] = []
+
+    init() {}
+
+    init(minimumCapacity: Int) { entries.reserveCapacity(minimumCapacity) }
+
+    init(dictionaryLiteral elements: (UInt16, Version)...) {
+        for (tag, version) in elements { self[tag] = version }
+    }
+
+    var count: Int { entries.count }
+    var isEmpty: Bool { entries.isEmpty }
+
+    /// The field versions, in tag order.
+    var versions: some Sequence<Version> { entries.lazy.map(\.version) }
+
+    func makeIterator() -> IndexingIterator<[Entry]> { entries.makeIterator() }
+
+    /// The position of `tag`, or where it would go. O(log fields); O(1) for a tag after the
+    /// last one, as when reading a stored entry, which lists its tags in order.
+    private func position(of tag: UInt16) -> Int {
+        if let last = entries.last, last.tag < tag { return entries.count }
+        var low = 0, high = entries.count
+        while low < high {
+            let middle = (low + high) / 2
+            if entries[middle].tag < tag { low = middle + 1 } else { high = middle }
+        }
+        return low
+    }
+
+    /// The version of field `tag`; setting nil removes it.
+    subscript(tag: UInt16) -> Version? {
+        get {
+            let i = position(of: tag)
+            return i < entries.count && entries[i].tag == tag ? entries[i].version : nil
+        }
+        set {
+            let i = position(of: tag)
+            let present = i < entries.count && entries[i].tag == tag
+            switch (newValue, present) {
+            case (let version?, true): entries[i].version = version
+            case (let version?, false) where i == entries.count: entries.append(Entry(tag: tag, version: version))
+            case (let version?, false): entries.insert(Entry(tag: tag, version: version), at: i)
+            case (nil, true): entries.remove(at: i)
+            case (nil, false): break
+            }
+        }
     }
 }

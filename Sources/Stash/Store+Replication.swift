@@ -46,8 +46,8 @@ func loadStoredRecordState<T: TransactionReading>(_ txn: T, _ dbs: StoreDatabase
             guard let name = layout.schema.field(tagged: tag)?.name else { continue }
             fields[name] = FieldState(value: value, version: versions?.fields[tag] ?? fallback)
         }
-        for (tag, version) in versions?.fields ?? [:] where record.range(of: tag) == nil {
-            if let name = layout.schema.field(tagged: tag)?.name { fields[name] = FieldState(value: .null, version: version) }
+        for entry in versions?.fields ?? FieldVersions() where record.range(of: entry.tag) == nil {
+            if let name = layout.schema.field(tagged: entry.tag)?.name { fields[name] = FieldState(value: .null, version: entry.version) }
         }
     }
     return (RecordState(type: layout.schema.name, id: id, incarnation: versions?.incarnation,

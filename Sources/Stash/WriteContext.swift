@@ -358,7 +358,7 @@ final class WriteContext: FieldTagResolver {
         scratch.bytes.removeAll(keepingCapacity: true)
         if let merged {
             if tags.isEmpty, let oldVersions {
-                tags = merged.fields.filter { oldVersions.fields[$0.key] != $0.value }.map(\.key)
+                tags = merged.fields.filter { oldVersions.fields[$0.tag] != $0.version }.map(\.tag)
             }
             merged.encode(into: &scratch, reusing: &versionScratch)
         } else if old == nil {
@@ -545,9 +545,9 @@ final class WriteContext: FieldTagResolver {
         // a delete (the record gone, its count and history not).
         var versions = try merged ?? versions(layout, id) ?? RecordVersions(incarnation: nil, tombstone: nil, fields: [:])
         if merged == nil {
-            let latest = ([versions.incarnation, versions.tombstone].compactMap { $0 } + versions.fields.values).max()
+            let latest = ([versions.incarnation, versions.tombstone].compactMap { $0 } + versions.fields.versions).max()
             versions.tombstone = bumped(try writeVersion(), over: latest)
-            versions.fields = [:]
+            versions.fields = FieldVersions()
         }
         let keys = try type.indexes.map { try indexKey($0, layout, old) }
         let idBytes = StoreKeys.indexValue(id)
@@ -604,7 +604,7 @@ final class WriteContext: FieldTagResolver {
     private func write(_ state: RecordState, _ layout: TypeLayout, origin: RecordID, absent: Bool) throws -> Bool {
         encodingType = layout.schema.name
         encodingLayout = layout
-        var fieldVersions = [UInt16: Version](minimumCapacity: state.fields.count)
+        var fieldVersions = FieldVersions(minimumCapacity: state.fields.count)
         var values: [(slot: Int, tag: UInt16, value: FieldValue)] = []
         values.reserveCapacity(state.fields.count)
         for (name, field) in state.fields {
