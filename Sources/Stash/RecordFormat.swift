@@ -1,4 +1,5 @@
 import Foundation
+import StashLMDB
 
 /// The binary layout of a stored record (format 1):
 ///
@@ -443,9 +444,11 @@ struct EncodedRecord {
         return record
     }
 
-    /// The raw bytes of one field's value, for cheap change detection.
-    func rawValue(of tag: UInt16) -> ArraySlice<UInt8>? {
-        range(of: tag).map { bytes[$0] }
+    /// True when this record holds `other`'s field at `range` (tagged `tag`) with the same
+    /// bytes: cheap change detection, one lookup and one `memcmp`.
+    func holdsSameValue(of tag: UInt16, at range: Range<Int>, in other: EncodedRecord) -> Bool {
+        guard let mine = self.range(of: tag) else { return false }
+        return bytes[mine].hasSameBytes(as: other.bytes[range])
     }
 }
 

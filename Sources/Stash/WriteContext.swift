@@ -333,7 +333,7 @@ final class WriteContext: FieldTagResolver {
         let old = try decodedOld ?? oldBytes.map { try decodeStored($0, type.name, id) }
         // The same fields with the same bytes in another order (kept fields go last): no change.
         if merged == nil, let old, old.fields.count == new.fields.count,
-           new.fields.allSatisfy({ old.rawValue(of: $0.tag) == new.bytes[$0.range] }) {
+           new.fields.allSatisfy({ old.holdsSameValue(of: $0.tag, at: $0.range, in: new) }) {
             return false
         }
         if old == nil, !type.indexes.contains(where: \.unique) {
@@ -348,7 +348,7 @@ final class WriteContext: FieldTagResolver {
         }
         var tags: [UInt16] = []
         if let old {
-            for field in new.fields where old.rawValue(of: field.tag) != new.bytes[field.range] { tags.append(field.tag) }
+            for field in new.fields where !old.holdsSameValue(of: field.tag, at: field.range, in: new) { tags.append(field.tag) }
             for field in old.fields where new.range(of: field.tag) == nil { tags.append(field.tag) }
         } else {
             countDeltas[type.tag, default: 0] += 1

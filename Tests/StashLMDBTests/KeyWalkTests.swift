@@ -24,6 +24,55 @@ import Testing
         }
     }
 
+    /// Equality, prefixes, hashing, `bytes` and `hasSameBytes` compare the bytes in use only, as
+    /// the same operations on `[UInt8]` do: against that model for random keys of 0–40 bytes and a few
+    /// full-length ones, some pairs sharing a prefix, and keys shortened with `removeLast`
+    /// (whose storage still holds the bytes removed).
+    @Test func comparisonsAndHashesFollowTheBytesInUse() {
+        let seed: UInt64 = 0x4B59
+        var rng = SeededGenerator(seed: seed)
+        func randomBytes(_ count: Int) -> [UInt8] { (0..<count).map { _ in UInt8.random(in: 0...3, using: &rng) } }
+        for round in 0..<2_000 {
+            let length = round % 50 == 0 ? KeyBytes.capacity : Int.random(in: 0...40, using: &rng)
+            let a = randomBytes(length)
+            var b: [UInt8]
+            switch round % 4 {
+            case 0: b = a
+            case 1: b = Array(a.prefix(Int.random(in: 0...a.count, using: &rng)))
+            case 2: b = Array(a.prefix(Int.random(in: 0...a.count, using: &rng))) + randomBytes(Int.random(in: 0...3, using: &rng))
+            default: b = randomBytes(Int.random(in: 0...40, using: &rng))
+            }
+            var keyB = KeyBytes(b)
+            // Now and then the same bytes reached by shortening a longer key.
+            if round % 3 == 0, b.count + 5 <= KeyBytes.capacity {
+                keyB = KeyBytes(b + randomBytes(5))
+                keyB.removeLast(5)
+            }
+            let keyA = KeyBytes(a)
+            #expect(keyA.bytes == a && keyB.bytes == b, "seed \(seed), round \(round)")
+            #expect((keyA == keyB) == (a == b), "seed \(seed), round \(round)")
+            #expect(keyA.hasPrefix(keyB) == a.starts(with: b), "seed \(seed), round \(round)")
+            #expect(keyB.hasPrefix(keyA) == b.starts(with: a), "seed \(seed), round \(round)")
+            if a == b { #expect(keyA.hashValue == keyB.hashValue, "seed \(seed), round \(round)") }
+            // `hasSameBytes` across the byte sources, slices cut out of a longer array included.
+            let padded = randomBytes(3) + b + randomBytes(2)
+            let sliceB = padded[3..<(3 + b.count)]
+            #expect(a.hasSameBytes(as: sliceB) == (a == b), "seed \(seed), round \(round)")
+            #expect(sliceB.hasSameBytes(as: keyA) == (a == b), "seed \(seed), round \(round)")
+            #expect(Data(a).hasSameBytes(as: keyB) == (a == b), "seed \(seed), round \(round)")
+        }
+        // Keys as dictionary keys: one entry per distinct byte string.
+        var seen: [KeyBytes: Int] = [:]
+        var model: [[UInt8]: Int] = [:]
+        for i in 0..<500 {
+            let bytes = randomBytes(Int.random(in: 0...3, using: &rng))
+            seen[KeyBytes(bytes), default: 0] += i
+            model[bytes, default: 0] += i
+        }
+        #expect(seen.count == model.count, "seed \(seed)")
+        for (bytes, total) in model { #expect(seen[KeyBytes(bytes)] == total, "seed \(seed)") }
+    }
+
     @Test func groupsAreWalkedKeyByKeyWithTheirDuplicateCounts() throws {
         let dir = TemporaryDirectory()
         let env = try openEnvironment(dir.path)
