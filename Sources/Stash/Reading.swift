@@ -84,7 +84,9 @@ public struct RecordReader {
     func decode<R: Record>(_ type: R.Type, _ bytes: [UInt8], _ id: RecordID, _ layout: TypeLayout) throws -> R {
         let record: R
         do {
-            record = try R(from: RecordDecoder(record: try EncodedRecord(bytes), id: id, layout: layout))
+            let decoder = try RecordDecoder(bytes: bytes, id: id, layout: layout)
+            record = try R(from: decoder)
+            try decoder.finish()
         } catch {
             throw StoreError(.corrupted, "store \(path): \(layout.schema.name) \(id) cannot be decoded as \(R.self): \(describe(error))")
         }

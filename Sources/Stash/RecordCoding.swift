@@ -333,22 +333,85 @@ final class TypeLayout: Sendable {
 
 /// Decodes a typed record from its stored bytes: top-level primitives straight from the bytes,
 /// nested values through ``TreeDecoder``, `id` from the key.
+///
+/// A Codable type reads its fields in the order it wrote them, so the decoder reads the stored
+/// fields one after the other where they lie, each value once, without a field table. A field
+/// asked for out of that order (an `init(from:)` visiting fields in another order than its
+/// `encode(to:)`, a record written under another schema or lacking an optional field, a value
+/// left unread after `decodeNil`) makes it parse the whole table (``EncodedRecord``) and find
+/// fields there from then on. ``finish()`` makes sure the record is sound either way.
 final class RecordDecoder: Decoder {
-    let record: EncodedRecord
+    let bytes: [UInt8]
     let id: RecordID
     let layout: TypeLayout
-    /// The slot after the last field looked up (see ``TypeLayout/slot(of:hint:)``). A class,
-    /// not a struct, for this: as a `Decoder` existential the struct was boxed on the heap anyway.
-    /// One decoder serves one decode on one thread: no runtime exclusivity check.
+    // A class, not a struct: as a `Decoder` existential the struct was boxed on the heap anyway.
+    // One decoder serves one decode on one thread: no runtime exclusivity checks.
+    /// The slot after the last field looked up (see ``TypeLayout/slot(of:hint:)``).
     @exclusivity(unchecked) var cursor = 0
+    /// Reading in order: where the next field not yet read starts, and how many are left.
+    @exclusivity(unchecked) private var next: Int
+    @exclusivity(unchecked) private var unread: Int
+    /// The field table, once a field was asked for out of order.
+    @exclusivity(unchecked) private var table: EncodedRecord?
 
-    init(record: EncodedRecord, id: RecordID, layout: TypeLayout) {
-        self.record = record
+    /// Reads the record's header; throws ``RecordFormatError`` for an unknown format.
+    init(bytes: [UInt8], id: RecordID, layout: TypeLayout) throws {
+        self.bytes = bytes
         self.id = id
         self.layout = layout
+        var reader = ByteReader(bytes)
+        unread = try EncodedRecord.fieldCount(&reader)
+        next = reader.offset
     }
+
     var codingPath: [any CodingKey] { [] }
     var userInfo: [CodingUserInfoKey: Any] { [:] }
+
+    /// Where the value of the field at `slot` of ``layout`` lies, from its first byte; nil when
+    /// the record lacks the field. For the next field in order the range runs to the end of the
+    /// record (its value's end is known once it is read): pass the offset after the value to
+    /// ``didRead(through:)``.
+    @inline(__always)
+    func value(atSlot slot: Int) throws -> Range<Int>? {
+        let tag = layout.tags[slot]
+        if table == nil {
+            if unread > 0 {
+                // A tag below 128 is one byte; others are read as the varint they are.
+                if tag < 0x80 {
+                    if next < bytes.count, bytes[next] == UInt8(tag) { return (next + 1)..<bytes.count }
+                } else {
+                    var reader = ByteReader(bytes, range: next..<bytes.count)
+                    if try reader.varint() == UInt64(tag) { return reader.offset..<bytes.count }
+                }
+            }
+            table = try EncodedRecord(bytes)
+        }
+        return table!.range(of: tag, hint: slot)
+    }
+
+    /// The value from ``value(atSlot:)`` was read whole, up to `end`: reading in order, the
+    /// field after it is next.
+    @inline(__always)
+    func didRead(through end: Int) {
+        guard table == nil else { return }
+        next = end
+        unread -= 1
+    }
+
+    /// The record's field table, parsed now if the fields were read in order so far.
+    func fieldTable() throws -> EncodedRecord {
+        if let table { return table }
+        let parsed = try EncodedRecord(bytes)
+        table = parsed
+        return parsed
+    }
+
+    /// After the type has decoded: throws ``RecordFormatError`` when the record's bytes do not
+    /// hold what their header says (the check a parse of the field table makes). Nothing is
+    /// left to check when every field was read in order and the last one ends the record.
+    func finish() throws {
+        if table == nil, unread != 0 || next != bytes.count { _ = try fieldTable() }
+    }
 
     func container<Key: CodingKey>(keyedBy type: Key.Type) throws -> KeyedDecodingContainer<Key> {
         KeyedDecodingContainer(RecordKeyedDecoder<Key>(decoder: self))
@@ -367,27 +430,44 @@ struct RecordKeyedDecoder<Key: CodingKey>: KeyedDecodingContainerProtocol {
     let decoder: RecordDecoder
     var codingPath: [any CodingKey] { [] }
 
+    /// The record's fields this type knows, and `id`. Empty for a record whose field table
+    /// cannot be parsed (the decode then fails in ``RecordDecoder/finish()``).
     var allKeys: [Key] {
-        var keys = decoder.record.fields.compactMap { field in
+        var keys = ((try? decoder.fieldTable())?.fields ?? []).compactMap { field in
             decoder.layout.schema.field(tagged: field.tag).flatMap { Key(stringValue: $0.name) }
         }
         if let id = Key(stringValue: "id") { keys.append(id) }
         return keys
     }
 
-    private func range(_ key: any CodingKey) -> Range<Int>? {
+    /// Where field `key`'s value lies (see ``RecordDecoder/value(atSlot:)``), or nil when the
+    /// record lacks it.
+    @inline(__always)
+    private func range(_ key: any CodingKey) throws -> Range<Int>? {
         guard let slot = decoder.layout.slot(of: key.stringValue, hint: decoder.cursor) else { return nil }
         decoder.cursor = slot + 1
-        return decoder.record.range(of: decoder.layout.tags[slot], hint: slot)
+        return try decoder.value(atSlot: slot)
     }
 
+    /// A reader of field `key`'s value, or nil when the record lacks it.
+    @inline(__always)
+    private func reader(_ key: any CodingKey) throws -> ByteReader? {
+        guard let range = try range(key) else { return nil }
+        return ByteReader(decoder.bytes, range: range)
+    }
+
+    /// A record that cannot be read answers false here and fails in ``RecordDecoder/finish()``.
     func contains(_ key: Key) -> Bool {
-        key.stringValue == "id" || range(key) != nil || decoder.layout.defaults[key.stringValue] != nil
+        key.stringValue == "id" || (try? range(key)) != nil || decoder.layout.defaults[key.stringValue] != nil
     }
 
     func decodeNil(forKey key: Key) throws -> Bool {
         if key.stringValue == "id" { return false }
-        if let range = range(key) { return decoder.record.bytes[range.lowerBound] == RecordFormat.Kind.null.rawValue }
+        if var reader = try reader(key) {
+            guard try reader.byte() == RecordFormat.Kind.null.rawValue else { return false }
+            decoder.didRead(through: reader.offset)   // a null is all read: the caller decodes nothing more of it
+            return true
+        }
         return (decoder.layout.defaults[key.stringValue] ?? .null) == .null
     }
 
@@ -398,33 +478,43 @@ struct RecordKeyedDecoder<Key: CodingKey>: KeyedDecodingContainerProtocol {
     }
 
     func decode(_ type: String.Type, forKey key: Key) throws -> String {
-        guard let range = range(key) else { return try decode(type, fromDefaultOf: key) }
-        var reader = ByteReader(decoder.record.bytes, range: range)
+        guard let range = try range(key) else { return try decode(type, fromDefaultOf: key) }
+        var reader = ByteReader(decoder.bytes, range: range)
         guard try reader.kind() == .string else { return try decodeValue(type, range, key) }
-        return try reader.payloadString()
+        let string = try reader.payloadString()
+        decoder.didRead(through: reader.offset)
+        return string
     }
 
     func decode(_ type: Int.Type, forKey key: Key) throws -> Int {
-        guard let range = range(key) else { return try decode(type, fromDefaultOf: key) }
-        var reader = ByteReader(decoder.record.bytes, range: range)
+        guard let range = try range(key) else { return try decode(type, fromDefaultOf: key) }
+        var reader = ByteReader(decoder.bytes, range: range)
         guard try reader.kind() == .int else { return try decodeValue(type, range, key) }
-        return Int(try reader.payloadInt())
+        let int = try reader.payloadInt()
+        decoder.didRead(through: reader.offset)
+        return Int(int)
     }
 
     func decode(_ type: Double.Type, forKey key: Key) throws -> Double {
-        guard let range = range(key) else { return try decode(type, fromDefaultOf: key) }
-        var reader = ByteReader(decoder.record.bytes, range: range)
+        guard let range = try range(key) else { return try decode(type, fromDefaultOf: key) }
+        var reader = ByteReader(decoder.bytes, range: range)
         guard try reader.kind() == .double else { return try decodeValue(type, range, key) }
-        return try reader.payloadDouble()
+        let double = try reader.payloadDouble()
+        decoder.didRead(through: reader.offset)
+        return double
     }
 
     func decode(_ type: Bool.Type, forKey key: Key) throws -> Bool {
-        guard let range = range(key) else { return try decode(type, fromDefaultOf: key) }
-        switch decoder.record.bytes[range.lowerBound] {
-        case RecordFormat.Kind.true.rawValue: return true
-        case RecordFormat.Kind.false.rawValue: return false
+        guard let range = try range(key) else { return try decode(type, fromDefaultOf: key) }
+        var reader = ByteReader(decoder.bytes, range: range)
+        let bool: Bool
+        switch try reader.byte() {
+        case RecordFormat.Kind.true.rawValue: bool = true
+        case RecordFormat.Kind.false.rawValue: bool = false
         default: return try decodeValue(type, range, key)
         }
+        decoder.didRead(through: reader.offset)
+        return bool
     }
 
     func decode<T: Decodable>(_ type: T.Type, forKey key: Key) throws -> T {
@@ -432,31 +522,39 @@ struct RecordKeyedDecoder<Key: CodingKey>: KeyedDecodingContainerProtocol {
             if T.self == RecordID.self { return decoder.id as! T }
             if T.self == UUID.self { return decoder.id.uuid as! T }
         }
-        guard let range = range(key) else { return try decode(type, fromDefaultOf: key) }
+        guard let range = try range(key) else { return try decode(type, fromDefaultOf: key) }
         if T.self == Date.self || T.self == Data.self {
-            var reader = ByteReader(decoder.record.bytes, range: range)
+            var reader = ByteReader(decoder.bytes, range: range)
             let kind = try reader.kind()
-            if T.self == Date.self, kind == .date {
-                return Date(timeIntervalSinceReferenceDate: try reader.payloadDouble()) as! T
+            if T.self == Date.self, kind == .date || kind == .date1970 {
+                let seconds = try reader.payloadDouble()
+                decoder.didRead(through: reader.offset)
+                let date = kind == .date ? Date(timeIntervalSinceReferenceDate: seconds) : Date(timeIntervalSince1970: seconds)
+                return date as! T
             }
-            if T.self == Date.self, kind == .date1970 {
-                return Date(timeIntervalSince1970: try reader.payloadDouble()) as! T
+            if T.self == Data.self, kind == .bytes {
+                let data = try reader.payloadData()
+                decoder.didRead(through: reader.offset)
+                return data as! T
             }
-            if T.self == Data.self, kind == .bytes { return try reader.payloadData() as! T }
         }
         if T.self == UUID.self || T.self == RecordID.self {
-            var reader = ByteReader(decoder.record.bytes, range: range)
+            var reader = ByteReader(decoder.bytes, range: range)
             if try reader.kind() == .uuid {
                 let id = try reader.payloadRecordID()
+                decoder.didRead(through: reader.offset)
                 return (T.self == UUID.self ? id.uuid as! T : id as! T)
             }
         }
         return try decodeValue(type, range, key)
     }
 
+    /// Reads the value at the start of `range` whole and decodes `type` from it.
     private func decodeValue<T: Decodable>(_ type: T.Type, _ range: Range<Int>, _ key: Key) throws -> T {
-        var reader = ByteReader(decoder.record.bytes, range: range)
-        return try PrimitiveDecoding.decode(type, try reader.value(), [key])
+        var reader = ByteReader(decoder.bytes, range: range)
+        let value = try reader.value()
+        decoder.didRead(through: reader.offset)
+        return try PrimitiveDecoding.decode(type, value, [key])
     }
 
     /// The field's default for a record that lacks the field; nil for an optional asked for
@@ -474,9 +572,10 @@ struct RecordKeyedDecoder<Key: CodingKey>: KeyedDecodingContainerProtocol {
     }
 
     private func fieldValue(_ key: any CodingKey) throws -> FieldValue {
-        if let range = range(key) {
-            var reader = ByteReader(decoder.record.bytes, range: range)
-            return try reader.value()
+        if var reader = try reader(key) {
+            let value = try reader.value()
+            decoder.didRead(through: reader.offset)
+            return value
         }
         guard let value = decoder.layout.defaults[key.stringValue] else { throw missing(key) }
         return value

@@ -355,9 +355,7 @@ struct EncodedRecord {
     init(_ bytes: [UInt8]) throws {
         self.bytes = bytes
         var reader = ByteReader(bytes)
-        let version = try reader.byte()
-        guard version == RecordFormat.version else { throw RecordFormatError(reason: "unknown record format \(version)") }
-        let count = Int(try reader.byte()) | Int(try reader.byte()) << 8
+        let count = try Self.fieldCount(&reader)
         fields.reserveCapacity(count)
         for _ in 0..<count {
             let tag = try reader.varint()
@@ -369,6 +367,14 @@ struct EncodedRecord {
         guard reader.isAtEnd else { throw RecordFormatError(reason: "\(bytes.count - reader.offset) trailing bytes") }
     }
 
+    /// Reads a stored record's header (format version, field count), leaving `reader` at the
+    /// first field; returns the field count.
+    static func fieldCount(_ reader: inout ByteReader) throws -> Int {
+        let version = try reader.byte()
+        guard version == RecordFormat.version else { throw RecordFormatError(reason: "unknown record format \(version)") }
+        return Int(try reader.byte()) | Int(try reader.byte()) << 8
+    }
+
     func range(of tag: UInt16) -> Range<Int>? {
         for field in fields where field.tag == tag { return field.range }
         return nil
@@ -378,10 +384,7 @@ struct EncodedRecord {
     /// in place, without building the table: for reading one field of a record.
     static func value(of tag: UInt16, in bytes: [UInt8]) throws -> FieldValue? {
         var reader = ByteReader(bytes)
-        let version = try reader.byte()
-        guard version == RecordFormat.version else { throw RecordFormatError(reason: "unknown record format \(version)") }
-        let count = Int(try reader.byte()) | Int(try reader.byte()) << 8
-        for _ in 0..<count {
+        for _ in 0..<(try fieldCount(&reader)) {
             if try reader.varint() == UInt64(tag) { return try reader.value() }
             try reader.skipValue()
         }

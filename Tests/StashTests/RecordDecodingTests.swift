@@ -1,0 +1,232 @@
+import Foundation
+import Stash
+import StashLMDB
+import Testing
+import StashTestSupport
+
+/// A record whose `encode(to:)` writes its fields in reverse order, while its `init(from:)`
+/// reads them in declaration order: every field is asked for out of stored order.
+private struct Reversed: Record, Equatable {
+    var id = RecordID()
+    var a: String
+    var b: Int
+    var c: Double
+    var d: Bool
+    enum CodingKeys: String, CodingKey { case id, a, b, c, d }
+    init(id: RecordID = RecordID(), a: String, b: Int, c: Double, d: Bool) {
+        self.id = id; self.a = a; self.b = b; self.c = c; self.d = d
+    }
+    init(from decoder: any Decoder) throws {
+        let c = try decoder.container(keyedBy: CodingKeys.self)
+        id = try c.decode(RecordID.self, forKey: .id)
+        a = try c.decode(String.self, forKey: .a)
+        b = try c.decode(Int.self, forKey: .b)
+        self.c = try c.decode(Double.self, forKey: .c)
+        d = try c.decode(Bool.self, forKey: .d)
+    }
+    func encode(to encoder: any Encoder) throws {
+        var c = encoder.container(keyedBy: CodingKeys.self)
+        try c.encode(d, forKey: .d)
+        try c.encode(self.c, forKey: .c)
+        try c.encode(b, forKey: .b)
+        try c.encode(a, forKey: .a)
+        try c.encode(id, forKey: .id)
+    }
+}
+
+private struct Size: Codable, Equatable, Sendable {
+    var width: Int
+    var height: Int
+}
+
+/// Fields of every path through the decoder, in the order Codable writes and reads them:
+/// optionals that are nil or not, a nested struct, an array, a date, bytes, a UUID.
+private struct Mixed: Record, Equatable {
+    var id = RecordID()
+    var title: String
+    var subtitle: String?
+    var size: Size
+    var tags: [String]
+    var rank: Int?
+    var at: Date
+    var blob: Data
+    var owner: UUID
+    var ratio: Double?
+    var done: Bool
+}
+
+/// `Reversed` read by a type that checks `contains` and `decodeNil` before reading, reads its
+/// fields out of stored order, one of them twice, and lists `allKeys`; what it saw is kept in
+/// `seen` (not stored).
+private struct Probing: Record, Equatable {
+    static var recordType: String { "Reversed" }
+    var id = RecordID()
+    var a: String
+    var b: Int
+    var c: Double
+    var d: Bool
+    var seen = ""
+    enum CodingKeys: String, CodingKey { case id, a, b, c, d }
+    init(from decoder: any Decoder) throws {
+        let c = try decoder.container(keyedBy: CodingKeys.self)
+        id = try c.decode(RecordID.self, forKey: .id)
+        let contained = [CodingKeys.a, .b, .c, .d].filter { c.contains($0) }.map(\.stringValue)
+        let nils = try [CodingKeys.a, .b, .c, .d].filter { try c.decodeNil(forKey: $0) }.map(\.stringValue)
+        d = try c.decode(Bool.self, forKey: .d)
+        a = try c.decode(String.self, forKey: .a)
+        let again = try c.decode(String.self, forKey: .a)
+        b = try c.decode(Int.self, forKey: .b)
+        self.c = try c.decode(Double.self, forKey: .c)
+        seen = "contains \(contained) nil \(nils) again \(again) keys \(c.allKeys.map(\.stringValue).sorted())"
+    }
+    func encode(to encoder: any Encoder) throws {
+        var c = encoder.container(keyedBy: CodingKeys.self)
+        try c.encode(a, forKey: .a)
+        try c.encode(b, forKey: .b)
+        try c.encode(self.c, forKey: .c)
+        try c.encode(d, forKey: .d)
+    }
+}
+
+/// Typed reads take the stored fields in order without a field table, and fall back to the
+/// table for anything else; a record whose bytes are damaged must fail either way.
+@Suite struct RecordDecodingTests {
+    @Test func fieldsAskedForOutOfStoredOrderReadBack() throws {
+        let dir = TemporaryDirectory()
+        let store = try Store.open(at: dir.path, types: [Reversed.self])
+        let records = (0..<20).map { (n: Int) -> Reversed in Reversed(a: "a\(n)", b: n * 7 - 50, c: Double(n) / 3, d: n % 2 == 0) }
+        try store.write { tx in for record in records { try tx.insert(record) } }
+        for record in records { #expect(try store.get(Reversed.self, id: record.id) == record) }
+    }
+
+    @Test func aTypeThatChecksSkipsAndRereadsFieldsReadsTheRightValues() throws {
+        let dir = TemporaryDirectory()
+        let written = Reversed(a: "alpha", b: 42, c: 2.5, d: true)
+        do {
+            let store = try Store.open(at: dir.path, types: [Reversed.self])
+            try store.insert(written)
+        }
+        let store = try Store.open(at: dir.path, types: [Probing.self])
+        let read = try #require(try store.get(Probing.self, id: written.id))
+        #expect(read.a == written.a && read.b == written.b && read.c == written.c && read.d == written.d)
+        #expect(read.seen == #"contains ["a", "b", "c", "d"] nil [] again alpha keys ["a", "b", "c", "d", "id"]"#)
+    }
+
+    /// Seeded: records with each optional nil or not, read back typed and through the
+    /// generic (field table) path.
+    @Test(arguments: [UInt64(11), 12, 13])
+    func mixedRecordsReadBackAsWritten(seed: UInt64) throws {
+        let dir = TemporaryDirectory()
+        let store = try Store.open(at: dir.path, types: [Mixed.self])
+        var rng = SeededGenerator(seed: seed)
+        let records = (0..<60).map { n in
+            Mixed(title: "t\(n)-" + String(repeating: "x", count: Int.random(in: 0...150, using: &rng)),
+                  subtitle: Bool.random(using: &rng) ? "s\(n)" : nil,
+                  size: Size(width: Int.random(in: -5...5000, using: &rng), height: n),
+                  tags: (0..<Int.random(in: 0...4, using: &rng)).map { "tag\($0)" },
+                  rank: Bool.random(using: &rng) ? Int.random(in: Int.min...Int.max, using: &rng) : nil,
+                  at: Date(timeIntervalSinceReferenceDate: Double(Int.random(in: 0...1_000_000_000, using: &rng))),
+                  blob: Data((0..<Int.random(in: 0...300, using: &rng)).map { _ in UInt8.random(in: 0...255, using: &rng) }),
+                  owner: UUID(),
+                  ratio: Bool.random(using: &rng) ? Double.random(in: -1...1, using: &rng) : nil,
+                  done: Bool.random(using: &rng))
+        }
+        try store.write { tx in for record in records { try tx.insert(record) } }
+        for record in records {
+            #expect(try store.get(Mixed.self, id: record.id) == record, "seed \(seed)")
+            let generic = try #require(try store.read { try $0.get(typeNamed: "Mixed", id: record.id) }, "seed \(seed)")
+            #expect(generic.fields["subtitle"] == record.subtitle.map { .string($0) }, "seed \(seed)")
+            #expect(generic.fields["title"] == .string(record.title), "seed \(seed)")
+        }
+    }
+
+    /// A record whose header or last value does not match its bytes is corrupted, also when
+    /// every field the type asks for reads in order.
+    @Test func damagedRecordsFailAsCorrupted() throws {
+        let dir = TemporaryDirectory()
+        let store = try Store.open(at: dir.path, types: [Home.self, Item.self])
+        let item = Item(homeID: RecordID(), name: "plain", category: "c", wearCount: 3, price: 9.5)
+        try store.insert(item)
+        // The store's bytes, changed underneath it through StashLMDB.
+        let env = try Environment.open(path: dir.path)
+        let (key, stored) = try Self.storedRecord(item.id, in: env)
+        var damages: [(String, [UInt8])] = [
+            ("a byte after the last field", stored + [0]),
+            ("the last byte cut off", Array(stored.dropLast())),
+        ]
+        // The field count is bytes 1-2 (little-endian) after the format's version byte.
+        var more = stored
+        more[1] &+= 1
+        damages.append(("one field more in the header", more))
+        var fewer = stored
+        fewer[1] &-= 1
+        damages.append(("one field fewer in the header", fewer))
+        for (damage, bytes) in damages {
+            try Self.replace(key, with: bytes, in: env)
+            do {
+                let read = try store.get(Item.self, id: item.id)
+                Issue.record("\(damage): read \(String(describing: read))")
+            } catch let error as StoreError {
+                #expect(error.code == .corrupted, "\(damage): \(error)")
+            }
+        }
+        try Self.replace(key, with: stored, in: env)
+        #expect(try store.get(Item.self, id: item.id) == item)
+    }
+
+    /// Seeded: every typed read of a record with one byte changed either fails, or agrees with
+    /// the field table's parse (the generic read) on every field.
+    @Test(arguments: [UInt64(21), 22])
+    func aTypedReadOfADamagedRecordSucceedsOnlyWhereTheTableAgrees(seed: UInt64) throws {
+        let dir = TemporaryDirectory()
+        let store = try Store.open(at: dir.path, types: [Home.self, Item.self])
+        let item = Item(homeID: RecordID(), name: "twelve chars", category: "kitchen", wearCount: 300, price: -1.25, note: "a note")
+        try store.insert(item)
+        // The store's bytes, changed underneath it through StashLMDB.
+        let env = try Environment.open(path: dir.path)
+        let (key, stored) = try Self.storedRecord(item.id, in: env)
+        var rng = SeededGenerator(seed: seed)
+        var typedReads = 0
+        for round in 0..<400 {
+            var bytes = stored
+            let at = Int.random(in: 0..<bytes.count, using: &rng)
+            bytes[at] = Bool.random(using: &rng) ? UInt8.random(in: 0...255, using: &rng) : bytes[at] ^ (1 << UInt8.random(in: 0...7, using: &rng))
+            try Self.replace(key, with: bytes, in: env)
+            let context = "seed \(seed) round \(round): byte \(at) of \(stored.count) set to \(bytes[at])"
+            guard let typed = try? store.get(Item.self, id: item.id) else { continue }
+            typedReads += 1
+            let generic = try #require(try store.read { try $0.get(typeNamed: "Item", id: item.id) },
+                                       "\(context): the typed read succeeded, the generic one found nothing")
+            let fields = generic.fields
+            #expect(fields["homeID"] == .uuid(typed.homeID.uuid), "\(context)")
+            #expect(fields["name"] == .string(typed.name), "\(context)")
+            #expect(fields["category"] == .string(typed.category), "\(context)")
+            #expect(fields["wearCount"] == .int(Int64(typed.wearCount)), "\(context)")
+            if case .double(let price) = fields["price"] {
+                #expect(price.bitPattern == typed.price.bitPattern, "\(context)")   // a NaN is not == itself
+            } else {
+                Issue.record("\(context): price read as \(typed.price), stored as \(String(describing: fields["price"]))")
+            }
+            #expect(fields["note"] == typed.note.map { .string($0) }, "\(context)")
+        }
+        #expect(typedReads > 0, "seed \(seed): some changed bytes (inside strings, numbers) still read")
+    }
+
+    /// The key and bytes of record `id` in `env`'s records table.
+    private static func storedRecord(_ id: RecordID, in env: Environment) throws -> (key: [UInt8], value: [UInt8]) {
+        let records = try env.database("records")
+        var found: ([UInt8], [UInt8])?
+        try env.read { txn in
+            try txn.scan(records, from: ScanStart<[UInt8]>.first) { key, value in
+                if key.suffix(16).elementsEqual(id.bytes) { found = (key, value); return false }
+                return true
+            }
+        }
+        return try #require(found)
+    }
+
+    private static func replace(_ key: [UInt8], with bytes: [UInt8], in env: Environment) throws {
+        let records = try env.database("records")
+        try env.write { txn in try txn.put(records, key: key, value: bytes) }
+    }
+}
