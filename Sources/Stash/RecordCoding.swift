@@ -29,10 +29,10 @@ final class RecordEncoder: Encoder {
     @exclusivity(unchecked) var cursor = 0
     /// Each field's tag and the range of its value in `writer`, as written.
     @exclusivity(unchecked) var fields: [(tag: UInt16, range: Range<Int>)] = []
-    var pending: [(String, EncodingNode)] = []
+    @exclusivity(unchecked) var pending: [(String, EncodingNode)] = []
     /// The fields encoded as nil (written as nothing, or as an explicit null when the field
     /// has a default): with the fields written, what the encoded type knows.
-    var nilNames: [String] = []
+    @exclusivity(unchecked) var nilNames: [String] = []
     let resolver: any FieldTagResolver
     var failure: (any Error)?
 

@@ -152,8 +152,9 @@ final class WriteContext: FieldTagResolver {
         }
     }
 
-    /// The migration running (type name) and the kinds it wrote per field.
-    var migration: (type: String, kinds: [String: Set<FieldKind>])?
+    /// The migration running (type name) and the kinds it wrote per field. Read for every field
+    /// encoded: no runtime exclusivity check (one context serves one write transaction).
+    @exclusivity(unchecked) var migration: (type: String, kinds: [String: Set<FieldKind>])?
 
     func hasDefault(_ name: String) -> Bool {
         (try? currentEncodingLayout())?.defaults[name] != nil
