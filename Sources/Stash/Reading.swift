@@ -84,9 +84,7 @@ public struct RecordReader {
     func decode<R: Record>(_ type: R.Type, _ bytes: [UInt8], _ id: RecordID, _ layout: TypeLayout) throws -> R {
         let record: R
         do {
-            let decoder = try RecordDecoder(bytes: bytes, id: id, layout: layout)
-            record = try R(from: decoder)
-            try decoder.finish()
+            record = try decodeFields(type, bytes, id, layout)
         } catch {
             throw StoreError(.corrupted, "store \(path): \(layout.schema.name) \(id) cannot be decoded as \(R.self): \(describe(error))")
         }
@@ -95,6 +93,21 @@ public struct RecordReader {
         guard record.id == id else {
             throw StoreError(.incompatibleSchema, "store \(path): \(R.self) decoded \(layout.schema.name) \(id) with the id \(record.id); its Codable must decode the record id from the coding key 'id'")
         }
+        return record
+    }
+
+    /// `R` from a stored record's bytes through ``RecordDecoder``, fields in stored order; from
+    /// the field table when a field the decoder took as absent is stored after all (a type
+    /// that writes fields in another order than it reads them).
+    private func decodeFields<R: Record>(_ type: R.Type, _ bytes: [UInt8], _ id: RecordID, _ layout: TypeLayout) throws -> R {
+        let decoder = try RecordDecoder(bytes: bytes, id: id, layout: layout)
+        do {
+            let record = try R(from: decoder)
+            if try decoder.finish() { return record }
+        } catch where decoder.guessedAbsent != 0 {}
+        let again = try RecordDecoder(bytes: bytes, id: id, layout: layout, inOrder: false)
+        let record = try R(from: again)
+        _ = try again.finish()
         return record
     }
 

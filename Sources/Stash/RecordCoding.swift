@@ -29,6 +29,8 @@ final class RecordEncoder: Encoder {
     @exclusivity(unchecked) var cursor = 0
     /// Each field's tag and the range of its value in `writer`, as written.
     @exclusivity(unchecked) var fields: [(tag: UInt16, range: Range<Int>)] = []
+    /// Bit `s` for each schema slot `s` < 64 written (see ``field(_:_:_:)``).
+    @exclusivity(unchecked) private var written: UInt64 = 0
     @exclusivity(unchecked) var pending: [(String, EncodingNode)] = []
     /// The fields encoded as nil (written as nothing, or as an explicit null when the field
     /// has a default): with the fields written, what the encoded type knows.
@@ -119,6 +121,12 @@ final class RecordEncoder: Encoder {
     func field(_ name: String, _ kind: FieldKind?, _ write: (inout ByteWriter) -> Void) throws {
         let (tag, slot) = try resolver.tag(for: name, kind: kind, hint: cursor)
         cursor = slot + 1
+        // A record holds each field once (a stored record with a tag twice is damaged).
+        if slot < 64 ? written & (1 << slot) != 0 : fields.contains(where: { $0.tag == tag }) {
+            throw EncodingError.invalidValue(name, .init(codingPath: [], debugDescription:
+                "field '\(name)' is encoded twice; a record holds one value per key (encode it once)"))
+        }
+        if slot < 64 { written |= 1 << slot }
         writer.varint(UInt64(tag))
         let start = writer.bytes.count
         write(&writer)
@@ -313,6 +321,13 @@ final class TypeLayout: Sendable {
         return nil
     }
 
+    /// The position of the field tagged `tag` in ``tags``, or nil for a tag the schema lacks.
+    /// O(fields).
+    func slot(ofTag tag: UInt64) -> Int? {
+        for (slot, candidate) in tags.enumerated() where UInt64(candidate) == tag { return slot }
+        return nil
+    }
+
     /// The position of field `name` in ``names``, or nil for a field the schema lacks.
     ///
     /// Coders visit a type's fields in the same order every time, so a caller passes the
@@ -335,11 +350,14 @@ final class TypeLayout: Sendable {
 /// nested values through ``TreeDecoder``, `id` from the key.
 ///
 /// A Codable type reads its fields in the order it wrote them, so the decoder reads the stored
-/// fields one after the other where they lie, each value once, without a field table. A field
+/// fields one after the other where they lie, each value once, without a field table. An
+/// optional field asked for (`contains`) where the next stored field comes later in the type's
+/// layout is taken as absent (a nil the type did not write); ``finish()`` checks every such
+/// guess, and ``RecordReader`` decodes again from the table should one be wrong. Any other field
 /// asked for out of that order (an `init(from:)` visiting fields in another order than its
-/// `encode(to:)`, a record written under another schema or lacking an optional field, a value
-/// left unread after `decodeNil`) makes it parse the whole table (``EncodedRecord``) and find
-/// fields there from then on. ``finish()`` makes sure the record is sound either way.
+/// `encode(to:)`, a record written under another schema, a value left unread after
+/// `decodeNil`) makes the decoder parse the whole table (``EncodedRecord``) and find fields
+/// there from then on. ``finish()`` makes sure the record is sound either way.
 final class RecordDecoder: Decoder {
     let bytes: [UInt8]
     let id: RecordID
@@ -348,20 +366,60 @@ final class RecordDecoder: Decoder {
     // One decoder serves one decode on one thread: no runtime exclusivity checks.
     /// The slot after the last field looked up (see ``TypeLayout/slot(of:hint:)``).
     @exclusivity(unchecked) var cursor = 0
+    /// The number of fields the record's header gives.
+    private let fieldCount: Int
     /// Reading in order: where the next field not yet read starts, and how many are left.
     @exclusivity(unchecked) private var next: Int
     @exclusivity(unchecked) private var unread: Int
     /// The field table, once a field was asked for out of order.
     @exclusivity(unchecked) private var table: EncodedRecord?
+    /// Reading in order, bit `s` (for the slots `s` < 64 of ``layout``) is set when the field
+    /// at slot `s` was found next in the record: it is stored.
+    @exclusivity(unchecked) private var found: UInt64 = 0
+    /// Bit `s` is set when the field at slot `s` was taken as absent without the table (see
+    /// ``holds(slot:)``); ``finish()`` checks these.
+    @exclusivity(unchecked) private(set) var guessedAbsent: UInt64 = 0
 
     /// Reads the record's header; throws ``RecordFormatError`` for an unknown format.
-    init(bytes: [UInt8], id: RecordID, layout: TypeLayout) throws {
+    /// `inOrder: false` parses the field table at once (no field is then taken as absent).
+    init(bytes: [UInt8], id: RecordID, layout: TypeLayout, inOrder: Bool = true) throws {
         self.bytes = bytes
         self.id = id
         self.layout = layout
         var reader = ByteReader(bytes)
-        unread = try EncodedRecord.fieldCount(&reader)
+        fieldCount = try EncodedRecord.fieldCount(&reader)
+        unread = fieldCount
         next = reader.offset
+        if !inOrder { table = try EncodedRecord(bytes) }
+    }
+
+    /// The tag of the next field in order (`unread` > 0).
+    @inline(__always)
+    private func nextTag() throws -> UInt64 {
+        // A tag below 128 is one byte; others are read as the varint they are.
+        if next < bytes.count, bytes[next] < 0x80 { return UInt64(bytes[next]) }
+        var reader = ByteReader(bytes, range: next..<bytes.count)
+        return try reader.varint()
+    }
+
+    /// Whether the record holds the field at `slot` (for `contains`, which the standard
+    /// library asks before decoding an optional). Reading in order, a field that is not next
+    /// is taken as absent when the next one comes later in the type's layout, or when every
+    /// field was read and this one was not among them, without parsing the table.
+    func holds(slot: Int) throws -> Bool {
+        if table == nil, slot < 64 {
+            if unread == 0 { return found & (1 << slot) != 0 }
+            let next = try nextTag()
+            if next == UInt64(layout.tags[slot]) {
+                found |= 1 << slot
+                return true
+            }
+            if let nextSlot = layout.slot(ofTag: next), nextSlot > slot {
+                guessedAbsent |= 1 << slot
+                return false
+            }
+        }
+        return try value(atSlot: slot) != nil
     }
 
     var codingPath: [any CodingKey] { [] }
@@ -375,13 +433,20 @@ final class RecordDecoder: Decoder {
     func value(atSlot slot: Int) throws -> Range<Int>? {
         let tag = layout.tags[slot]
         if table == nil {
-            if unread > 0 {
+            // In order for the first 64 slots (``found`` has a bit for each).
+            if unread > 0, slot < 64 {
                 // A tag below 128 is one byte; others are read as the varint they are.
                 if tag < 0x80 {
-                    if next < bytes.count, bytes[next] == UInt8(tag) { return (next + 1)..<bytes.count }
+                    if next < bytes.count, bytes[next] == UInt8(tag) {
+                        found |= 1 << slot
+                        return (next + 1)..<bytes.count
+                    }
                 } else {
                     var reader = ByteReader(bytes, range: next..<bytes.count)
-                    if try reader.varint() == UInt64(tag) { return reader.offset..<bytes.count }
+                    if try reader.varint() == UInt64(tag) {
+                        found |= 1 << slot
+                        return reader.offset..<bytes.count
+                    }
                 }
             }
             table = try EncodedRecord(bytes)
@@ -407,10 +472,21 @@ final class RecordDecoder: Decoder {
     }
 
     /// After the type has decoded: throws ``RecordFormatError`` when the record's bytes do not
-    /// hold what their header says (the check a parse of the field table makes). Nothing is
-    /// left to check when every field was read in order and the last one ends the record.
-    func finish() throws {
-        if table == nil, unread != 0 || next != bytes.count { _ = try fieldTable() }
+    /// hold what their header says (the check a parse of the field table makes, a tag stored
+    /// twice included), and returns false when a field taken as absent is stored after all (the
+    /// record must then be decoded again with `inOrder: false`). Nothing is left to check when
+    /// every field was read in order, each under a tag of its own, and the last one ends the
+    /// record: each field stored was then found.
+    func finish() throws -> Bool {
+        if table == nil, unread == 0, next == bytes.count, found.nonzeroBitCount == fieldCount {
+            return guessedAbsent & found == 0
+        }
+        let table = try fieldTable()
+        guard guessedAbsent != 0 else { return true }
+        for slot in 0..<min(64, layout.tags.count) where guessedAbsent & (1 << slot) != 0 {
+            if table.range(of: layout.tags[slot]) != nil { return false }
+        }
+        return true
     }
 
     func container<Key: CodingKey>(keyedBy type: Key.Type) throws -> KeyedDecodingContainer<Key> {
@@ -458,7 +534,12 @@ struct RecordKeyedDecoder<Key: CodingKey>: KeyedDecodingContainerProtocol {
 
     /// A record that cannot be read answers false here and fails in ``RecordDecoder/finish()``.
     func contains(_ key: Key) -> Bool {
-        key.stringValue == "id" || (try? range(key)) != nil || decoder.layout.defaults[key.stringValue] != nil
+        if key.stringValue == "id" { return true }
+        if let slot = decoder.layout.slot(of: key.stringValue, hint: decoder.cursor) {
+            decoder.cursor = slot + 1
+            if (try? decoder.holds(slot: slot)) == true { return true }
+        }
+        return decoder.layout.defaults[key.stringValue] != nil
     }
 
     func decodeNil(forKey key: Key) throws -> Bool {

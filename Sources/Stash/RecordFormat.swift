@@ -357,9 +357,14 @@ struct EncodedRecord {
         var reader = ByteReader(bytes)
         let count = try Self.fieldCount(&reader)
         fields.reserveCapacity(count)
+        var seen: UInt64 = 0   // tags below 64; others are looked for in `fields`
         for _ in 0..<count {
             let tag = try reader.varint()
             guard tag <= UInt64(UInt16.max) else { throw RecordFormatError(reason: "field tag \(tag) out of range") }
+            if tag < 64 ? seen & (1 << tag) != 0 : fields.contains(where: { UInt64($0.tag) == tag }) {
+                throw RecordFormatError(reason: "field tag \(tag) appears twice")
+            }
+            if tag < 64 { seen |= 1 << tag }
             let start = reader.offset
             try reader.skipValue()
             fields.append((UInt16(tag), start..<reader.offset))

@@ -88,6 +88,75 @@ private struct Probing: Record, Equatable {
     }
 }
 
+/// Optionals written after the fields that follow them in the type: `init(from:)` asks for
+/// `note` and `tag` while a later field is stored next, so the decoder's guess that they are
+/// absent (nil) is wrong whenever they are stored.
+private struct LateOptionals: Record, Equatable {
+    var id = RecordID()
+    var note: String?
+    var count: Int
+    var tag: Int?
+    var done: Bool
+    enum CodingKeys: String, CodingKey { case id, note, count, tag, done }
+    init(id: RecordID = RecordID(), note: String?, count: Int, tag: Int?, done: Bool) {
+        self.id = id; self.note = note; self.count = count; self.tag = tag; self.done = done
+    }
+    init(from decoder: any Decoder) throws {
+        let c = try decoder.container(keyedBy: CodingKeys.self)
+        id = try c.decode(RecordID.self, forKey: .id)
+        note = try c.decodeIfPresent(String.self, forKey: .note)
+        count = try c.decode(Int.self, forKey: .count)
+        tag = try c.decodeIfPresent(Int.self, forKey: .tag)
+        done = try c.decode(Bool.self, forKey: .done)
+    }
+    func encode(to encoder: any Encoder) throws {
+        var c = encoder.container(keyedBy: CodingKeys.self)
+        try c.encode(count, forKey: .count)
+        try c.encode(done, forKey: .done)
+        try c.encodeIfPresent(note, forKey: .note)
+        try c.encodeIfPresent(tag, forKey: .tag)
+    }
+}
+
+/// Encodes `name` twice: once as itself, once upper-cased.
+private struct EncodesTwice: Record, Equatable {
+    var id = RecordID()
+    var name: String
+    enum CodingKeys: String, CodingKey { case id, name }
+    init(name: String) { self.name = name }
+    init(from decoder: any Decoder) throws {
+        let c = try decoder.container(keyedBy: CodingKeys.self)
+        id = try c.decode(RecordID.self, forKey: .id)
+        name = try c.decode(String.self, forKey: .name)
+    }
+    func encode(to encoder: any Encoder) throws {
+        var c = encoder.container(keyedBy: CodingKeys.self)
+        try c.encode(name, forKey: .name)
+        try c.encode(name.uppercased(), forKey: .name)
+    }
+}
+
+/// Reads `a` twice, as a type may; writes it once.
+private struct Rereads: Record, Equatable {
+    var id = RecordID()
+    var a: String
+    var b: Int
+    enum CodingKeys: String, CodingKey { case id, a, b }
+    init(a: String, b: Int) { self.a = a; self.b = b }
+    init(from decoder: any Decoder) throws {
+        let c = try decoder.container(keyedBy: CodingKeys.self)
+        id = try c.decode(RecordID.self, forKey: .id)
+        a = try c.decode(String.self, forKey: .a)
+        a = try c.decode(String.self, forKey: .a)
+        b = try c.decode(Int.self, forKey: .b)
+    }
+    func encode(to encoder: any Encoder) throws {
+        var c = encoder.container(keyedBy: CodingKeys.self)
+        try c.encode(a, forKey: .a)
+        try c.encode(b, forKey: .b)
+    }
+}
+
 /// Typed reads take the stored fields in order without a field table, and fall back to the
 /// table for anything else; a record whose bytes are damaged must fail either way.
 @Suite struct RecordDecodingTests {
@@ -140,6 +209,32 @@ private struct Probing: Record, Equatable {
         }
     }
 
+    /// Every combination of nil and stored for optionals stored after the fields read after
+    /// them, and for optionals read in order (`Mixed`'s, last field included), read back.
+    @Test func optionalsTakenAsAbsentAreCheckedAgainstTheRecord() throws {
+        let dir = TemporaryDirectory()
+        let store = try Store.open(at: dir.path, types: [LateOptionals.self, Mixed.self])
+        var records: [LateOptionals] = []
+        for note in [nil, "n"] as [String?] {
+            for tag in [nil, 7] as [Int?] { records.append(LateOptionals(note: note, count: records.count, tag: tag, done: tag == nil)) }
+        }
+        try store.write { tx in for record in records { try tx.insert(record) } }
+        for record in records { #expect(try store.get(LateOptionals.self, id: record.id) == record) }
+
+        var mixed: [Mixed] = []
+        for subtitle in [nil, "s"] as [String?] {
+            for rank in [nil, 3] as [Int?] {
+                for ratio in [nil, 0.5] as [Double?] {
+                    mixed.append(Mixed(title: "t", subtitle: subtitle, size: Size(width: 1, height: 2), tags: [], rank: rank,
+                                       at: Date(timeIntervalSinceReferenceDate: 0), blob: Data(), owner: UUID(), ratio: ratio, done: true))
+                }
+            }
+        }
+        try store.write { tx in for record in mixed { try tx.insert(record) } }
+        for record in mixed { #expect(try store.get(Mixed.self, id: record.id) == record) }
+        #expect(try store.fetch(FetchDescriptor<Mixed>()).count == mixed.count)
+    }
+
     /// A record whose header or last value does not match its bytes is corrupted, also when
     /// every field the type asks for reads in order.
     @Test func damagedRecordsFailAsCorrupted() throws {
@@ -161,6 +256,13 @@ private struct Probing: Record, Equatable {
         var fewer = stored
         fewer[1] &-= 1
         damages.append(("one field fewer in the header", fewer))
+        // `homeID` is the first field: its tag, the uuid kind and 16 bytes.
+        let first = Array(stored[3..<21])
+        #expect(first[1] == 7, "the first field's kind is a uuid's (7)")
+        var twice = stored
+        twice[1] &+= 1
+        twice.insert(contentsOf: first, at: 3)
+        damages.append(("the first field stored twice", twice))
         for (damage, bytes) in damages {
             try Self.replace(key, with: bytes, in: env)
             do {
@@ -169,9 +271,45 @@ private struct Probing: Record, Equatable {
             } catch let error as StoreError {
                 #expect(error.code == .corrupted, "\(damage): \(error)")
             }
+            #expect(throws: StoreError.self, "\(damage): the generic read") { try store.read { try $0.get(typeNamed: "Item", id: item.id) } }
+            #expect(try !store.verify().isClean, "\(damage)")
         }
         try Self.replace(key, with: stored, in: env)
         #expect(try store.get(Item.self, id: item.id) == item)
+    }
+
+    /// A field stored twice in a row fails as corrupted also for a type that reads it twice
+    /// (each read then finds it next, in order).
+    @Test func aFieldStoredTwiceFailsForATypeThatReadsItTwice() throws {
+        let dir = TemporaryDirectory()
+        let store = try Store.open(at: dir.path, types: [Rereads.self])
+        let record = Rereads(a: "x", b: 2)
+        try store.insert(record)
+        #expect(try store.get(Rereads.self, id: record.id) == record)
+        let env = try Environment.open(path: dir.path)
+        let (key, stored) = try Self.storedRecord(record.id, in: env)
+        // `a` is the first field: its tag, the string kind, the length 1 and "x".
+        let first = Array(stored[3..<7])
+        #expect(first[1] == 5 && first[3] == UInt8(ascii: "x"), "the first field is the string \"x\"")
+        var twice = stored
+        twice[1] &+= 1
+        twice.insert(contentsOf: first, at: 3)
+        try Self.replace(key, with: twice, in: env)
+        #expect { try store.get(Rereads.self, id: record.id) } throws: { ($0 as? StoreError)?.code == .corrupted }
+    }
+
+    /// A type that encodes one key twice is refused before anything is written: a stored record
+    /// holds each field once.
+    @Test func aKeyEncodedTwiceIsRefused() throws {
+        let dir = TemporaryDirectory()
+        let store = try Store.open(at: dir.path, types: [EncodesTwice.self])
+        do {
+            try store.insert(EncodesTwice(name: "a"))
+            Issue.record("a record encoding 'name' twice was stored")
+        } catch let error as StoreError {
+            #expect(error.code == .invalidValue && error.message.contains("'name' is encoded twice"), "\(error)")
+        }
+        #expect(try store.count(EncodesTwice.self) == 0)
     }
 
     /// Seeded: every typed read of a record with one byte changed either fails, or agrees with
@@ -181,35 +319,65 @@ private struct Probing: Record, Equatable {
         let dir = TemporaryDirectory()
         let store = try Store.open(at: dir.path, types: [Home.self, Item.self])
         let item = Item(homeID: RecordID(), name: "twelve chars", category: "kitchen", wearCount: 300, price: -1.25, note: "a note")
-        try store.insert(item)
-        // The store's bytes, changed underneath it through StashLMDB.
-        let env = try Environment.open(path: dir.path)
-        let (key, stored) = try Self.storedRecord(item.id, in: env)
+        let typedReads = try Self.damageOneByte(of: item, in: store, at: dir.path, seed: seed) { typed, fields, context in
+            #expect(fields["homeID"] == .uuid(typed.homeID.uuid), "\(context)")
+            #expect(fields["name"] == .string(typed.name), "\(context)")
+            #expect(fields["category"] == .string(typed.category), "\(context)")
+            #expect(fields["wearCount"] == .int(Int64(typed.wearCount)), "\(context)")
+            Self.expectDouble(fields["price"], typed.price, context)
+            #expect(fields["note"] == typed.note.map { .string($0) }, "\(context)")
+        }
+        #expect(typedReads > 0, "seed \(seed): some changed bytes (inside strings, numbers) still read")
+    }
+
+    /// The same for a record whose optionals are partly absent (read in order, they are taken
+    /// as absent without the table; every such guess must hold against the table's parse).
+    @Test(arguments: [UInt64(31), 32])
+    func aTypedReadOfADamagedRecordWithAbsentOptionalsAgreesWithTheTable(seed: UInt64) throws {
+        let dir = TemporaryDirectory()
+        let store = try Store.open(at: dir.path, types: [Mixed.self])
+        let record = Mixed(title: "a title", subtitle: nil, size: Size(width: 3, height: 4), tags: ["x"], rank: 5,
+                           at: Date(timeIntervalSinceReferenceDate: 1_000), blob: Data([1, 2, 3]), owner: UUID(), ratio: nil, done: true)
+        let typedReads = try Self.damageOneByte(of: record, in: store, at: dir.path, seed: seed) { typed, fields, context in
+            #expect(fields["title"] == .string(typed.title), "\(context)")
+            #expect(fields["subtitle"] == typed.subtitle.map { .string($0) }, "\(context)")
+            #expect(fields["rank"] == typed.rank.map { .int(Int64($0)) }, "\(context)")
+            #expect(fields["done"] == .bool(typed.done), "\(context)")
+            if let ratio = typed.ratio { Self.expectDouble(fields["ratio"], ratio, context) } else { #expect(fields["ratio"] == nil, "\(context)") }
+        }
+        #expect(typedReads > 0, "seed \(seed): some changed bytes (inside strings, numbers) still read")
+    }
+
+    /// Inserts `record`, then 400 times changes one byte of its stored bytes (seeded) through
+    /// StashLMDB and, where the typed read still succeeds, calls `compare` with what it read,
+    /// the generic read's fields (which must exist) and a description of the change. Returns
+    /// the number of typed reads that succeeded.
+    private static func damageOneByte<R: Record>(of record: R, in store: Store, at path: String, seed: UInt64,
+                                                 _ compare: (R, [String: FieldValue], String) -> Void) throws -> Int {
+        try store.insert(record)
+        let env = try Environment.open(path: path)
+        let (key, stored) = try storedRecord(record.id, in: env)
         var rng = SeededGenerator(seed: seed)
         var typedReads = 0
         for round in 0..<400 {
             var bytes = stored
             let at = Int.random(in: 0..<bytes.count, using: &rng)
             bytes[at] = Bool.random(using: &rng) ? UInt8.random(in: 0...255, using: &rng) : bytes[at] ^ (1 << UInt8.random(in: 0...7, using: &rng))
-            try Self.replace(key, with: bytes, in: env)
+            try replace(key, with: bytes, in: env)
             let context = "seed \(seed) round \(round): byte \(at) of \(stored.count) set to \(bytes[at])"
-            guard let typed = try? store.get(Item.self, id: item.id) else { continue }
+            guard let typed = try? store.get(R.self, id: record.id) else { continue }
             typedReads += 1
-            let generic = try #require(try store.read { try $0.get(typeNamed: "Item", id: item.id) },
+            let generic = try #require(try store.read { try $0.get(typeNamed: R.recordType, id: record.id) },
                                        "\(context): the typed read succeeded, the generic one found nothing")
-            let fields = generic.fields
-            #expect(fields["homeID"] == .uuid(typed.homeID.uuid), "\(context)")
-            #expect(fields["name"] == .string(typed.name), "\(context)")
-            #expect(fields["category"] == .string(typed.category), "\(context)")
-            #expect(fields["wearCount"] == .int(Int64(typed.wearCount)), "\(context)")
-            if case .double(let price) = fields["price"] {
-                #expect(price.bitPattern == typed.price.bitPattern, "\(context)")   // a NaN is not == itself
-            } else {
-                Issue.record("\(context): price read as \(typed.price), stored as \(String(describing: fields["price"]))")
-            }
-            #expect(fields["note"] == typed.note.map { .string($0) }, "\(context)")
+            compare(typed, generic.fields, context)
         }
-        #expect(typedReads > 0, "seed \(seed): some changed bytes (inside strings, numbers) still read")
+        return typedReads
+    }
+
+    /// A double read back as stored, bit for bit (a NaN is not == itself).
+    private static func expectDouble(_ stored: FieldValue?, _ read: Double, _ context: String) {
+        if case .double(let value) = stored { #expect(value.bitPattern == read.bitPattern, "\(context)") }
+        else { Issue.record("\(context): read as \(read), stored as \(String(describing: stored))") }
     }
 
     /// The key and bytes of record `id` in `env`'s records table.
