@@ -235,8 +235,9 @@ private struct Rereads: Record, Equatable {
         #expect(try store.fetch(FetchDescriptor<Mixed>()).count == mixed.count)
     }
 
-    /// A record whose header or last value does not match its bytes is corrupted, also when
-    /// every field the type asks for reads in order.
+    /// A record whose header or last value does not match its bytes, or that holds a field
+    /// twice, is corrupted, also when every field the type asks for reads in order; the generic
+    /// read fails too, and `verify` reports it.
     @Test func damagedRecordsFailAsCorrupted() throws {
         let dir = TemporaryDirectory()
         let store = try Store.open(at: dir.path, types: [Home.self, Item.self])
