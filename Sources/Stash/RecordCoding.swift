@@ -59,7 +59,7 @@ final class RecordEncoder: Encoder {
         for name in fields.keys.sorted() where name != "id" {
             let value = fields[name]!
             if value == .null {
-                encoder.nilNames.append(name)
+                try encoder.fieldNil(name)
                 continue
             }
             try RecordEncoder.checkNesting(value, field: name)
@@ -107,14 +107,19 @@ final class RecordEncoder: Encoder {
             try field(name, value.kind) { $0.value(value) }
         }
         pending.removeAll()
-        // A nil field with a default is stored as null: left out, it would read as the default.
-        for name in nilNames where resolver.hasDefault(name) {
-            try field(name, nil) { $0.null() }
-        }
         writer.finishRecord(fieldCount: fieldCount)
         var record = EncodedRecord(encoded: writer.bytes, fields: fields)
         record.nilNames = nilNames
         return record
+    }
+
+    /// A field encoded as nil: noted in ``nilNames`` and, when the field has a stored default
+    /// (left out, it would read as the default) or `storingNull`, written as an explicit null
+    /// where it comes, not after the other fields: a typed read then meets it in the order the
+    /// type asks for it, instead of taking the optional for absent and decoding again.
+    func fieldNil(_ name: String, storingNull: Bool = false) throws {
+        nilNames.append(name)
+        if storingNull || resolver.hasDefault(name) { try field(name, nil) { $0.null() } }
     }
 
     @inline(__always)
@@ -153,7 +158,7 @@ struct RecordKeyedEncoder<Key: CodingKey>: KeyedEncodingContainerProtocol {
     let encoder: RecordEncoder
     var codingPath: [any CodingKey] { [] }
 
-    mutating func encodeNil(forKey key: Key) throws { encoder.nilNames.append(key.stringValue) }
+    mutating func encodeNil(forKey key: Key) throws { try encoder.fieldNil(key.stringValue) }
     mutating func encode(_ value: Bool, forKey key: Key) throws {
         try encoder.field(key.stringValue, .bool) { $0.bool(value) }
     }
@@ -191,13 +196,10 @@ struct RecordKeyedEncoder<Key: CodingKey>: KeyedEncodingContainerProtocol {
                 throw EncodingError.invalidValue(value, .init(codingPath: [key], debugDescription: describe(error)))
             }
             if fieldValue == .null {
-                encoder.nilNames.append(key.stringValue)
                 // A value that is not an optional yet encodes as nil (a `FieldValue.null`, a
                 // wrapper writing `encodeNil()`) is stored as null: left out, it would read as
                 // a missing field, which such a type cannot take.
-                if !(T.self is any ExpressibleByNilLiteral.Type), !encoder.resolver.hasDefault(key.stringValue) {
-                    try encoder.field(key.stringValue, nil) { $0.null() }
-                }
+                try encoder.fieldNil(key.stringValue, storingNull: !(T.self is any ExpressibleByNilLiteral.Type))
                 return
             }
             try RecordEncoder.checkNesting(fieldValue, field: key.stringValue)
@@ -206,7 +208,7 @@ struct RecordKeyedEncoder<Key: CodingKey>: KeyedEncodingContainerProtocol {
     }
     mutating func encodeIfPresent<T: Encodable>(_ value: T?, forKey key: Key) throws {
         guard let value else {
-            encoder.nilNames.append(key.stringValue)
+            try encoder.fieldNil(key.stringValue)
             return
         }
         try encode(value, forKey: key)
@@ -214,46 +216,46 @@ struct RecordKeyedEncoder<Key: CodingKey>: KeyedEncodingContainerProtocol {
     // The protocol's own overloads for these types skip a nil without telling the encoder,
     // which must know it (a nil field with a default is written as null).
     mutating func encodeIfPresent(_ value: Bool?, forKey key: Key) throws {
-        if let value { try encode(value, forKey: key) } else { encoder.nilNames.append(key.stringValue) }
+        if let value { try encode(value, forKey: key) } else { try encoder.fieldNil(key.stringValue) }
     }
     mutating func encodeIfPresent(_ value: String?, forKey key: Key) throws {
-        if let value { try encode(value, forKey: key) } else { encoder.nilNames.append(key.stringValue) }
+        if let value { try encode(value, forKey: key) } else { try encoder.fieldNil(key.stringValue) }
     }
     mutating func encodeIfPresent(_ value: Double?, forKey key: Key) throws {
-        if let value { try encode(value, forKey: key) } else { encoder.nilNames.append(key.stringValue) }
+        if let value { try encode(value, forKey: key) } else { try encoder.fieldNil(key.stringValue) }
     }
     mutating func encodeIfPresent(_ value: Float?, forKey key: Key) throws {
-        if let value { try encode(value, forKey: key) } else { encoder.nilNames.append(key.stringValue) }
+        if let value { try encode(value, forKey: key) } else { try encoder.fieldNil(key.stringValue) }
     }
     mutating func encodeIfPresent(_ value: Int?, forKey key: Key) throws {
-        if let value { try encode(value, forKey: key) } else { encoder.nilNames.append(key.stringValue) }
+        if let value { try encode(value, forKey: key) } else { try encoder.fieldNil(key.stringValue) }
     }
     mutating func encodeIfPresent(_ value: Int8?, forKey key: Key) throws {
-        if let value { try encode(value, forKey: key) } else { encoder.nilNames.append(key.stringValue) }
+        if let value { try encode(value, forKey: key) } else { try encoder.fieldNil(key.stringValue) }
     }
     mutating func encodeIfPresent(_ value: Int16?, forKey key: Key) throws {
-        if let value { try encode(value, forKey: key) } else { encoder.nilNames.append(key.stringValue) }
+        if let value { try encode(value, forKey: key) } else { try encoder.fieldNil(key.stringValue) }
     }
     mutating func encodeIfPresent(_ value: Int32?, forKey key: Key) throws {
-        if let value { try encode(value, forKey: key) } else { encoder.nilNames.append(key.stringValue) }
+        if let value { try encode(value, forKey: key) } else { try encoder.fieldNil(key.stringValue) }
     }
     mutating func encodeIfPresent(_ value: Int64?, forKey key: Key) throws {
-        if let value { try encode(value, forKey: key) } else { encoder.nilNames.append(key.stringValue) }
+        if let value { try encode(value, forKey: key) } else { try encoder.fieldNil(key.stringValue) }
     }
     mutating func encodeIfPresent(_ value: UInt?, forKey key: Key) throws {
-        if let value { try encode(value, forKey: key) } else { encoder.nilNames.append(key.stringValue) }
+        if let value { try encode(value, forKey: key) } else { try encoder.fieldNil(key.stringValue) }
     }
     mutating func encodeIfPresent(_ value: UInt8?, forKey key: Key) throws {
-        if let value { try encode(value, forKey: key) } else { encoder.nilNames.append(key.stringValue) }
+        if let value { try encode(value, forKey: key) } else { try encoder.fieldNil(key.stringValue) }
     }
     mutating func encodeIfPresent(_ value: UInt16?, forKey key: Key) throws {
-        if let value { try encode(value, forKey: key) } else { encoder.nilNames.append(key.stringValue) }
+        if let value { try encode(value, forKey: key) } else { try encoder.fieldNil(key.stringValue) }
     }
     mutating func encodeIfPresent(_ value: UInt32?, forKey key: Key) throws {
-        if let value { try encode(value, forKey: key) } else { encoder.nilNames.append(key.stringValue) }
+        if let value { try encode(value, forKey: key) } else { try encoder.fieldNil(key.stringValue) }
     }
     mutating func encodeIfPresent(_ value: UInt64?, forKey key: Key) throws {
-        if let value { try encode(value, forKey: key) } else { encoder.nilNames.append(key.stringValue) }
+        if let value { try encode(value, forKey: key) } else { try encoder.fieldNil(key.stringValue) }
     }
 
     mutating func nestedContainer<NestedKey: CodingKey>(keyedBy keyType: NestedKey.Type, forKey key: Key) -> KeyedEncodingContainer<NestedKey> {
