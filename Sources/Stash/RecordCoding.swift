@@ -405,12 +405,14 @@ final class RecordDecoder: Decoder {
     }
 
     /// Whether the record holds the field at `slot` (for `contains`, which the standard
-    /// library asks before decoding an optional). Reading in order, a field that is not next
-    /// is taken as absent when the next one comes later in the type's layout, or when every
-    /// field was read and this one was not among them, without parsing the table.
+    /// library asks before decoding an optional). Reading in order, a field found already is
+    /// held (a type asking for a field again); one that is not next is taken as absent when the
+    /// next one comes later in the type's layout, or when every field was read and this one was
+    /// not among them, without parsing the table.
     func holds(slot: Int) throws -> Bool {
         if table == nil, slot < 64 {
-            if unread == 0 { return found & (1 << slot) != 0 }
+            if found & (1 << slot) != 0 { return true }
+            if unread == 0 { return false }
             let next = try nextTag()
             if next == UInt64(layout.tags[slot]) {
                 found |= 1 << slot

@@ -756,12 +756,13 @@ private func withFieldCount(_ bytes: [UInt8], plus extra: Int) -> [UInt8] {
     }
 
     /// Fields asked for again in the middle of a decode (`decodeIfPresent` on a field already
-    /// read in order: taken as absent, a wrong guess) and after every field was read (the found
-    /// bits answer). Paths: guess wrong + re-decode, the `unread == 0` answer of `holds`.
+    /// read in order: the found bits say it is held, then the table is parsed for its value) and
+    /// after every field was read (the found bits answer). No ask of a field read already is
+    /// taken as absent, so no record is decoded twice.
     @Test(arguments: [UInt64(131), 132])
     func fieldsAskedForAgainReadTheSameValue(seed: UInt64) throws {
         let paths = try Self.roundTrip(Rereads9.self, seed: seed, count: 1000)
-        #expect(paths[.guessedWrong, default: 0] > 0, "seed \(seed): \(paths)")
+        #expect(paths[.guessedWrong] == nil, "seed \(seed): \(paths)")
         let atEnd = try Self.roundTrip(RereadsAtEnd5.self, seed: seed, count: 300)
         #expect(atEnd[.guessedWrong] == nil, "seed \(seed): \(atEnd)")
     }
@@ -809,7 +810,8 @@ private enum Wide70TailShuffled: DynPlan {
         let paths64 = try Self.roundTrip(Exactly64.self, seed: seed, count: 300)
         #expect(paths64[.guessedWrong, default: 0] > 0, "seed \(seed): 64 fields: \(paths64)")
         let paths65 = try Self.roundTrip(Exactly65.self, seed: seed, count: 300)
-        #expect(paths65[.guessedWrong, default: 0] > 0, "seed \(seed): 65 fields: \(paths65)")
+        // Written in order, asked again only after being read: no ask is taken as absent wrongly.
+        #expect(paths65[.guessedWrong] == nil, "seed \(seed): 65 fields: \(paths65)")
     }
 
     /// Optionals with defaults: a nil is stored as an explicit null where the field comes
