@@ -374,7 +374,8 @@ struct TreeKeyedDecoder<Key: CodingKey>: KeyedDecodingContainerProtocol {
     }
 
     func superDecoder() throws -> any Decoder { TreeDecoder(value: entries["super"] ?? .null, codingPath: codingPath) }
-    func superDecoder(forKey key: Key) throws -> any Decoder { TreeDecoder(value: try value(key), codingPath: codingPath + [key]) }
+    /// A missing key gives a decoder of null, as Foundation's JSONDecoder does.
+    func superDecoder(forKey key: Key) throws -> any Decoder { TreeDecoder(value: entries[key.stringValue] ?? .null, codingPath: codingPath + [key]) }
 }
 
 struct TreeUnkeyedDecoder: UnkeyedDecodingContainer {

@@ -38,6 +38,14 @@ import Synchronization
 /// one, text say, or inside a map.
 /// A `URL` is stored as its absolute string (a relative URL loses its base, as with
 /// JSONEncoder); `Int128` and `UInt128` are not supported.
+///
+/// ## Decoding
+/// A read decodes a record's fields where they lie, in the order they were stored. A type
+/// whose `init(from:)` asks for an optional field before another field that its `encode(to:)`
+/// writes ahead of that optional may have its first decode taken back (the read then decodes
+/// the record again from its field table), so `init(from:)` can run twice for one read: keep
+/// it free of side effects. Synthesized `Codable` reads in the order it writes: a record it
+/// stored (with its properties in the same order) is decoded once.
 public protocol Record: Codable, Sendable {
     /// The stable name of the type in the store. Renaming the Swift type must keep it.
     static var recordType: String { get }

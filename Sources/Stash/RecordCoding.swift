@@ -657,13 +657,18 @@ struct RecordKeyedDecoder<Key: CodingKey>: KeyedDecodingContainerProtocol {
     }
 
     private func fieldValue(_ key: any CodingKey) throws -> FieldValue {
+        guard let value = try storedValue(key) else { throw missing(key) }
+        return value
+    }
+
+    /// Field `key`'s stored value, else its default, else nil.
+    private func storedValue(_ key: any CodingKey) throws -> FieldValue? {
         if var reader = try reader(key) {
             let value = try reader.value()
             decoder.didRead(through: reader.offset)
             return value
         }
-        guard let value = decoder.layout.defaults[key.stringValue] else { throw missing(key) }
-        return value
+        return decoder.layout.defaults[key.stringValue]
     }
 
     func nestedContainer<NestedKey: CodingKey>(keyedBy type: NestedKey.Type, forKey key: Key) throws -> KeyedDecodingContainer<NestedKey> {
@@ -674,6 +679,8 @@ struct RecordKeyedDecoder<Key: CodingKey>: KeyedDecodingContainerProtocol {
         try TreeDecoder(value: try fieldValue(key), codingPath: [key]).unkeyedContainer()
     }
 
-    func superDecoder() throws -> any Decoder { TreeDecoder(value: try fieldValue(SuperKey()), codingPath: [SuperKey()]) }
-    func superDecoder(forKey key: Key) throws -> any Decoder { TreeDecoder(value: try fieldValue(key), codingPath: [key]) }
+    // A missing key gives a decoder of null, as Foundation's JSONDecoder does: `T?(from:)`
+    // then reads nil for a record stored before the type encoded that key.
+    func superDecoder() throws -> any Decoder { TreeDecoder(value: try storedValue(SuperKey()) ?? .null, codingPath: [SuperKey()]) }
+    func superDecoder(forKey key: Key) throws -> any Decoder { TreeDecoder(value: try storedValue(key) ?? .null, codingPath: [key]) }
 }

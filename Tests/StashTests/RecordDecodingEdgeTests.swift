@@ -607,6 +607,70 @@ private struct Supers: Record, Equatable {
     }
 }
 
+/// A record type before it stored anything through `superEncoder`, and its nested value.
+private struct LateSupersBefore: Record, Equatable {
+    static var recordType: String { "LateSupers" }
+    var id = RecordID()
+    var name: String
+    var inner: LateInnerBefore
+}
+
+private struct LateInnerBefore: Codable, Equatable, Sendable {
+    var w: Int
+}
+
+/// The same record type later: reads an optional through `superDecoder(forKey:)` and another
+/// through `superDecoder()`, at the top level and in its nested value, where records stored
+/// before lack those keys.
+private struct LateSupers: Record, Equatable {
+    static var recordType: String { "LateSupers" }
+    var id = RecordID()
+    var name: String
+    var extra: Int?
+    var note: String?
+    var inner: LateInner
+    enum CodingKeys: String, CodingKey { case id, name, extra, inner }
+    init(name: String, extra: Int?, note: String?, inner: LateInner) {
+        self.name = name; self.extra = extra; self.note = note; self.inner = inner
+    }
+    init(from decoder: any Decoder) throws {
+        let c = try decoder.container(keyedBy: CodingKeys.self)
+        id = try c.decode(RecordID.self, forKey: .id)
+        name = try c.decode(String.self, forKey: .name)
+        extra = try Int?(from: c.superDecoder(forKey: .extra))
+        note = try String?(from: c.superDecoder())
+        inner = try c.decode(LateInner.self, forKey: .inner)
+    }
+    func encode(to encoder: any Encoder) throws {
+        var c = encoder.container(keyedBy: CodingKeys.self)
+        try c.encode(name, forKey: .name)
+        try extra.encode(to: c.superEncoder(forKey: .extra))
+        try note.encode(to: c.superEncoder())
+        try c.encode(inner, forKey: .inner)
+    }
+}
+
+extension LateSupers {
+    func with(id: RecordID) -> LateSupers { var copy = self; copy.id = id; return copy }
+}
+
+private struct LateInner: Codable, Equatable, Sendable {
+    var w: Int
+    var tag: String?
+    enum CodingKeys: String, CodingKey { case w, tag }
+    init(w: Int, tag: String?) { self.w = w; self.tag = tag }
+    init(from decoder: any Decoder) throws {
+        let c = try decoder.container(keyedBy: CodingKeys.self)
+        w = try c.decode(Int.self, forKey: .w)
+        tag = try String?(from: c.superDecoder(forKey: .tag))
+    }
+    func encode(to encoder: any Encoder) throws {
+        var c = encoder.container(keyedBy: CodingKeys.self)
+        try c.encode(w, forKey: .w)
+        try tag.encode(to: c.superEncoder(forKey: .tag))
+    }
+}
+
 // MARK: - The decoder's paths, observed
 
 /// How the in-order pass of a typed read went.
@@ -935,6 +999,30 @@ private enum Wide70TailShuffled: DynPlan {
             #expect(generic.fields["tags"] == .array(record.tags.map { .int(Int64($0)) }), "seed \(seed)")
             #expect(generic.fields["note"] == record.note.map { .string($0) }, "seed \(seed)")
         }
+    }
+
+    /// A super decoder of a key the record lacks (stored before the type encoded it) decodes
+    /// null, as Foundation's JSONDecoder does: `T?(from:)` reads nil, at the top level and in a
+    /// nested value. Records stored with the keys read them back.
+    @Test func superDecodersOfMissingKeysDecodeNull() throws {
+        let dir = TemporaryDirectory()
+        let before = (0..<20).map { LateSupersBefore(name: "b\($0)", inner: LateInnerBefore(w: $0)) }
+        do {
+            let store = try Store.open(at: dir.path, types: [LateSupersBefore.self])
+            try store.write { tx in for record in before { try tx.insert(record) } }
+        }
+        let store = try Store.open(at: dir.path, types: [LateSupers.self])
+        for record in before {
+            let read = try #require(try store.get(LateSupers.self, id: record.id))
+            #expect(read == LateSupers(name: record.name, extra: nil, note: nil, inner: LateInner(w: record.inner.w, tag: nil)).with(id: record.id))
+        }
+        let after = (0..<20).map { n in
+            LateSupers(name: "a\(n)", extra: n % 2 == 0 ? n : nil, note: n % 3 == 0 ? "note \(n)" : nil,
+                       inner: LateInner(w: -n, tag: n % 4 == 0 ? "t\(n)" : nil))
+        }
+        try store.write { tx in for record in after { try tx.insert(record) } }
+        for record in after { #expect(try store.get(LateSupers.self, id: record.id) == record) }
+        #expect(try store.verify().isClean)
     }
 
     /// `superEncoder(forKey:)` / `superDecoder(forKey:)` behind `contains`, and `superDecoder()`.
