@@ -31,7 +31,9 @@ final class RecordEncoder: Encoder {
     @exclusivity(unchecked) var fields: [(tag: UInt16, range: Range<Int>)] = []
     /// Bit `s` for each schema slot `s` < 64 written (see ``field(_:_:_:)``).
     @exclusivity(unchecked) private var written: UInt64 = 0
-    @exclusivity(unchecked) var pending: [(String, EncodingNode)] = []
+    /// Nested containers and super encoders, filled after the call that made them returns: each
+    /// with the number of fields written before it, where ``finish()`` puts it.
+    @exclusivity(unchecked) var pending: [(name: String, node: EncodingNode, position: Int)] = []
     /// The fields encoded as nil (written as nothing, or as an explicit null when the field
     /// has a default): with the fields written, what the encoded type knows.
     @exclusivity(unchecked) var nilNames: [String] = []
@@ -101,16 +103,48 @@ final class RecordEncoder: Encoder {
     /// The record written, with its field table (so that nobody parses it again).
     func finish() throws -> EncodedRecord {
         if let failure { throw failure }
-        for (name, node) in pending {
-            let value = node.resolved
-            try Self.checkNesting(value, field: name)
-            try field(name, value.kind) { $0.value(value) }
+        if !pending.isEmpty {
+            let before = fields.count
+            for (name, node, _) in pending {
+                let value = node.resolved
+                try Self.checkNesting(value, field: name)
+                try field(name, value.kind) { $0.value(value) }
+            }
+            putPendingInPlace(writtenBefore: before)
+            pending.removeAll()
         }
-        pending.removeAll()
         writer.finishRecord(fieldCount: fieldCount)
         var record = EncodedRecord(encoded: writer.bytes, fields: fields)
         record.nilNames = nilNames
         return record
+    }
+
+    /// Moves the fields of ``pending``, just written after the `writtenBefore` others, to where
+    /// the type asked for them, so that the record holds its fields in the order the type
+    /// encoded them (the order its `init(from:)` usually reads them, which a typed read follows
+    /// without the field table).
+    private func putPendingInPlace(writtenBefore count: Int) {
+        let old = writer.bytes
+        var moved = ByteWriter(capacity: old.count)
+        moved.beginRecord()
+        var table: [(tag: UInt16, range: Range<Int>)] = []
+        table.reserveCapacity(fields.count)
+        func copy(_ field: (tag: UInt16, range: Range<Int>)) {
+            moved.varint(UInt64(field.tag))
+            let start = moved.bytes.count
+            moved.bytes.append(contentsOf: old[field.range])
+            table.append((field.tag, start..<moved.bytes.count))
+        }
+        var next = 0   // the next of `pending`, whose fields are `fields[count...]` in order
+        for position in 0...count {
+            while next < pending.count, pending[next].position == position {
+                copy(fields[count + next])
+                next += 1
+            }
+            if position < count { copy(fields[position]) }
+        }
+        writer = moved
+        fields = table
     }
 
     /// A field encoded as nil: noted in ``nilNames`` and, when the field has a stored default
@@ -260,13 +294,13 @@ struct RecordKeyedEncoder<Key: CodingKey>: KeyedEncodingContainerProtocol {
 
     mutating func nestedContainer<NestedKey: CodingKey>(keyedBy keyType: NestedKey.Type, forKey key: Key) -> KeyedEncodingContainer<NestedKey> {
         let node = MapNode()
-        encoder.pending.append((key.stringValue, .map(node)))
+        encoder.pending.append((key.stringValue, .map(node), encoder.fields.count))
         return KeyedEncodingContainer(TreeKeyedEncoder<NestedKey>(node: node, codingPath: [key]))
     }
 
     mutating func nestedUnkeyedContainer(forKey key: Key) -> any UnkeyedEncodingContainer {
         let node = ArrayNode()
-        encoder.pending.append((key.stringValue, .array(node)))
+        encoder.pending.append((key.stringValue, .array(node), encoder.fields.count))
         return TreeUnkeyedEncoder(node: node, codingPath: [key])
     }
 
@@ -274,7 +308,7 @@ struct RecordKeyedEncoder<Key: CodingKey>: KeyedEncodingContainerProtocol {
     mutating func superEncoder(forKey key: Key) -> any Encoder { superEncoder(named: key) }
     private func superEncoder(named key: any CodingKey) -> any Encoder {
         let tree = TreeEncoder(codingPath: [key])
-        encoder.pending.append((key.stringValue, .encoder(tree)))
+        encoder.pending.append((key.stringValue, .encoder(tree), encoder.fields.count))
         return tree
     }
 }
