@@ -726,24 +726,7 @@ private func decodePaths<R: Record>(_ type: R.Type, _ id: RecordID, in store: St
     }
 }
 
-// MARK: - Stored bytes, changed underneath the store
-
-private func storedRecord(_ id: RecordID, in env: Environment) throws -> (key: [UInt8], value: [UInt8]) {
-    let records = try env.database("records")
-    var found: ([UInt8], [UInt8])?
-    try env.read { txn in
-        try txn.scan(records, from: ScanStart<[UInt8]>.first) { key, value in
-            if key.suffix(16).elementsEqual(id.bytes) { found = (key, value); return false }
-            return true
-        }
-    }
-    return try #require(found)
-}
-
-private func replaceRecord(_ key: [UInt8], with bytes: [UInt8], in env: Environment) throws {
-    let records = try env.database("records")
-    try env.write { txn in try txn.put(records, key: key, value: bytes) }
-}
+// MARK: - Stored bytes, changed underneath the store (`storedRecord`, `replaceRecord`: RecordDecodingTests)
 
 /// `bytes` (a stored record) with `extra` more fields in the header's count.
 private func withFieldCount(_ bytes: [UInt8], plus extra: Int) -> [UInt8] {
@@ -856,18 +839,7 @@ private func withFieldCount(_ bytes: [UInt8], plus extra: Int) -> [UInt8] {
         try Self.roundTrip(Wide70TailShuffled.self, seed: seed, count: 600)
     }
 
-    /// 70 fields, slots 0 to 63 written in order and 64 to 69 in a seeded shuffle: optionals at
-/// slots 64 and up are asked for (`contains`) while the table is not parsed yet, with the
-/// next stored field at a later slot (no guess may be taken there: `finish()` checks only
-/// slots below 64).
-private enum Wide70TailShuffled: DynPlan {
-    static let name = "Wide70TailShuffled"
-    static let count = 70
-    static let writeOrder: [Int] = { var rng = SeededGenerator(seed: 7002); return Array(0..<64) + Array(64..<70).shuffled(using: &rng) }()
-    static func isOptional(_ field: Int) -> Bool { field % 3 == 1 || field >= 60 }
-}
-
-/// Exactly 64 fields (bit 63 in use; the last two written swapped) and exactly 65 (one
+    /// Exactly 64 fields (bit 63 in use; the last two written swapped) and exactly 65 (one
     /// at slot 64, rereads across the boundary).
     @Test(arguments: [UInt64(161)])
     func sixtyFourAndSixtyFiveFieldsRoundTrip(seed: UInt64) throws {

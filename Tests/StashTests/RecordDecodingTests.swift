@@ -245,7 +245,7 @@ private struct Rereads: Record, Equatable {
         try store.insert(item)
         // The store's bytes, changed underneath it through StashLMDB.
         let env = try Environment.open(path: dir.path)
-        let (key, stored) = try Self.storedRecord(item.id, in: env)
+        let (key, stored) = try storedRecord(item.id, in: env)
         var damages: [(String, [UInt8])] = [
             ("a byte after the last field", stored + [0]),
             ("the last byte cut off", Array(stored.dropLast())),
@@ -265,7 +265,7 @@ private struct Rereads: Record, Equatable {
         twice.insert(contentsOf: first, at: 3)
         damages.append(("the first field stored twice", twice))
         for (damage, bytes) in damages {
-            try Self.replace(key, with: bytes, in: env)
+            try replaceRecord(key, with: bytes, in: env)
             do {
                 let read = try store.get(Item.self, id: item.id)
                 Issue.record("\(damage): read \(String(describing: read))")
@@ -275,7 +275,7 @@ private struct Rereads: Record, Equatable {
             #expect(throws: StoreError.self, "\(damage): the generic read") { try store.read { try $0.get(typeNamed: "Item", id: item.id) } }
             #expect(try !store.verify().isClean, "\(damage)")
         }
-        try Self.replace(key, with: stored, in: env)
+        try replaceRecord(key, with: stored, in: env)
         #expect(try store.get(Item.self, id: item.id) == item)
     }
 
@@ -288,14 +288,14 @@ private struct Rereads: Record, Equatable {
         try store.insert(record)
         #expect(try store.get(Rereads.self, id: record.id) == record)
         let env = try Environment.open(path: dir.path)
-        let (key, stored) = try Self.storedRecord(record.id, in: env)
+        let (key, stored) = try storedRecord(record.id, in: env)
         // `a` is the first field: its tag, the string kind, the length 1 and "x".
         let first = Array(stored[3..<7])
         #expect(first[1] == 5 && first[3] == UInt8(ascii: "x"), "the first field is the string \"x\"")
         var twice = stored
         twice[1] &+= 1
         twice.insert(contentsOf: first, at: 3)
-        try Self.replace(key, with: twice, in: env)
+        try replaceRecord(key, with: twice, in: env)
         #expect { try store.get(Rereads.self, id: record.id) } throws: { ($0 as? StoreError)?.code == .corrupted }
     }
 
@@ -364,7 +364,7 @@ private struct Rereads: Record, Equatable {
             var bytes = stored
             let at = Int.random(in: 0..<bytes.count, using: &rng)
             bytes[at] = Bool.random(using: &rng) ? UInt8.random(in: 0...255, using: &rng) : bytes[at] ^ (1 << UInt8.random(in: 0...7, using: &rng))
-            try replace(key, with: bytes, in: env)
+            try replaceRecord(key, with: bytes, in: env)
             let context = "seed \(seed) round \(round): byte \(at) of \(stored.count) set to \(bytes[at])"
             guard let typed = try? store.get(R.self, id: record.id) else { continue }
             typedReads += 1
@@ -380,22 +380,25 @@ private struct Rereads: Record, Equatable {
         if case .double(let value) = stored { #expect(value.bitPattern == read.bitPattern, "\(context)") }
         else { Issue.record("\(context): read as \(read), stored as \(String(describing: stored))") }
     }
+}
 
-    /// The key and bytes of record `id` in `env`'s records table.
-    private static func storedRecord(_ id: RecordID, in env: Environment) throws -> (key: [UInt8], value: [UInt8]) {
-        let records = try env.database("records")
-        var found: ([UInt8], [UInt8])?
-        try env.read { txn in
-            try txn.scan(records, from: ScanStart<[UInt8]>.first) { key, value in
-                if key.suffix(16).elementsEqual(id.bytes) { found = (key, value); return false }
-                return true
-            }
+// MARK: - Stored bytes, changed underneath the store (also used by RecordDecodingEdgeTests)
+
+/// The key and bytes of record `id` in `env`'s records table.
+func storedRecord(_ id: RecordID, in env: Environment) throws -> (key: [UInt8], value: [UInt8]) {
+    let records = try env.database("records")
+    var found: ([UInt8], [UInt8])?
+    try env.read { txn in
+        try txn.scan(records, from: ScanStart<[UInt8]>.first) { key, value in
+            if key.suffix(16).elementsEqual(id.bytes) { found = (key, value); return false }
+            return true
         }
-        return try #require(found)
     }
+    return try #require(found)
+}
 
-    private static func replace(_ key: [UInt8], with bytes: [UInt8], in env: Environment) throws {
-        let records = try env.database("records")
-        try env.write { txn in try txn.put(records, key: key, value: bytes) }
-    }
+/// Stores `bytes` under `key` in `env`'s records table, underneath the store.
+func replaceRecord(_ key: [UInt8], with bytes: [UInt8], in env: Environment) throws {
+    let records = try env.database("records")
+    try env.write { txn in try txn.put(records, key: key, value: bytes) }
 }
