@@ -128,8 +128,9 @@ public enum JSONValue: Codable, Hashable, Sendable {
     /// Parses JSON text.
     /// - Throws: ``StoreError`` (`.invalidValue`) with the parser's reason.
     public static func parse(_ text: String) throws -> JSONValue {
-        do { return try JSONDecoder().decode(JSONValue.self, from: Data(text.utf8)) }
-        catch { throw StoreError(.invalidValue, "malformed JSON: \(describe(error))") }
+        let data = Data(text.utf8)
+        do { return try JSONDecoder().decode(JSONValue.self, from: data) }
+        catch { throw StoreError(.invalidValue, "malformed JSON: \(jsonSyntaxError(data) ?? describe(error))") }
     }
 
     /// Compact JSON text with sorted keys (stable output for dumps and diffs). NaN and the
@@ -392,15 +393,22 @@ func exactISO8601(_ date: Date) -> String? {
     return parseISO8601(text)?.timeIntervalSinceReferenceDate.bitPattern == seconds.bitPattern ? text : nil
 }
 
-/// One line for an error of any kind: our own messages verbatim, Codable errors summarized.
-func describe(_ error: any Error) -> String {
+/// One line for an error of any kind: our own messages verbatim, Codable errors summarized
+/// with the path of the value at fault (`types[0].fields[1].kind`).
+/// `json`: the text a decoder read, if any; a syntax error then says where it is (Foundation's
+/// `JSONDecoder` says only that the data is not valid JSON).
+package func describe(_ error: any Error, in json: Data? = nil) -> String {
     switch error {
     case let e as DecodingError:
         switch e {
-        case .dataCorrupted(let c): return c.debugDescription
-        case .keyNotFound(let k, let c): return "missing field '\(k.stringValue)' \(c.debugDescription)"
-        case .typeMismatch(let t, let c): return "expected \(t) at '\(c.codingPath.map(\.stringValue).joined(separator: "."))'"
-        case .valueNotFound(let t, let c): return "missing \(t) at '\(c.codingPath.map(\.stringValue).joined(separator: "."))'"
+        case .dataCorrupted(let c) where c.codingPath.isEmpty:
+            return json.flatMap(jsonSyntaxError).map { "not valid JSON: \($0)" } ?? c.debugDescription
+        case .dataCorrupted(let c): return "\(c.debugDescription) (at \(codingPathText(c.codingPath)))"
+        case .keyNotFound(let k, let c):
+            let place = c.codingPath.isEmpty ? "" : " in \(codingPathText(c.codingPath))"
+            return "missing field '\(k.stringValue)'\(place)"
+        case .typeMismatch(let t, let c): return "expected \(kindName(t)) at \(codingPathText(c.codingPath)) (\(c.debugDescription))"
+        case .valueNotFound(let t, let c): return "expected \(kindName(t)) at \(codingPathText(c.codingPath)), found null"
         @unknown default: return "\(e)"
         }
     case let e as EncodingError:
@@ -412,5 +420,48 @@ func describe(_ error: any Error) -> String {
         }
     case let e as StoreError: return e.message
     default: return "\(error)"
+    }
+}
+
+/// `types[0].fields[1].kind` for a coding path (array positions in brackets); `the top
+/// level` for none.
+private func codingPathText(_ path: [any CodingKey]) -> String {
+    guard !path.isEmpty else { return "the top level" }
+    var text = ""
+    for key in path {
+        if let index = key.intValue, key.stringValue.hasPrefix("Index ") || key.stringValue == "\(index)" {
+            text += "[\(index)]"
+        } else {
+            text += text.isEmpty ? key.stringValue : ".\(key.stringValue)"
+        }
+    }
+    return text
+}
+
+/// What a decoding error's expected type is, in JSON's words.
+private func kindName(_ type: Any.Type) -> String {
+    switch type {
+    case is String.Type: "a string"
+    case is Bool.Type: "a boolean"
+    case is any BinaryInteger.Type: "an integer"
+    case is any BinaryFloatingPoint.Type: "a number"
+    case is [Any].Type: "an array"
+    case is [String: Any].Type: "an object"
+    default: "\(type)"
+    }
+}
+
+/// Where and why `data` is not JSON, from Foundation's parser (which says where, unlike
+/// `JSONDecoder`): "invalid value around character 15"; nil if it parses.
+private func jsonSyntaxError(_ data: Data) -> String? {
+    do {
+        _ = try JSONSerialization.jsonObject(with: data, options: [.fragmentsAllowed])
+        return nil
+    } catch {
+        guard var reason = (error as NSError).userInfo[NSDebugDescriptionErrorKey] as? String, !reason.isEmpty else {
+            return "not valid JSON"
+        }
+        if reason.hasSuffix(".") { reason.removeLast() }
+        return reason.prefix(1).lowercased() + reason.dropFirst()
     }
 }

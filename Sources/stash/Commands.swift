@@ -34,7 +34,7 @@ struct Init: ParsableCommand {
             }
             let declaration: SchemaDeclaration
             do { declaration = try JSONDecoder().decode(SchemaDeclaration.self, from: data) }
-            catch { throw CommandFailure(message: "schema file \(schema) is not valid: \(error)") }
+            catch { throw CommandFailure(message: "schema file \(schema): \(describe(error, in: data)); see stash init --help for the format") }
             try check(declaration, stored: try storedSchema())
             var options = StoreOptions()
             options.progress = progressReporter()
@@ -194,7 +194,7 @@ struct Load: ParsableCommand {
                             try tx.put(try genericRecord(type: typeSchema, json: try JSONValue.parse(line.text)))
                         } catch {
                             let kept = written == 0 ? "nothing was written" : "the first \(written) records were committed (batches of \(size))"
-                            throw CommandFailure(message: "\(file) line \((error as? NotUTF8Line)?.number ?? number): \(error); \(kept)")
+                            throw CommandFailure(message: "\(inputName) line \((error as? NotUTF8Line)?.number ?? number): \(error); \(kept)")
                         }
                         count += 1
                         let done = written + count
@@ -214,6 +214,9 @@ struct Load: ParsableCommand {
         }
     }
 
+    /// The input as errors name it.
+    private var inputName: String { file == "-" ? "standard input" : file }
+
     /// Reads every line of `input` as a record of `type` and keeps none: the number of records,
     /// and where the input ended (the writes read no further, should it grow meanwhile).
     /// - Throws: ``CommandFailure`` naming the first bad line.
@@ -226,10 +229,10 @@ struct Load: ParsableCommand {
                 guard let next = try lines.next() else { break }
                 line = next
             } catch let error as NotUTF8Line {
-                throw CommandFailure(message: "\(file) line \(error.number): \(error); nothing was written")
+                throw CommandFailure(message: "\(inputName) line \(error.number): \(error); nothing was written")
             }
             do { _ = try genericRecord(type: type, json: try JSONValue.parse(line.text)) }
-            catch { throw CommandFailure(message: "\(file) line \(line.number): \(error)") }
+            catch { throw CommandFailure(message: "\(inputName) line \(line.number): \(error); nothing was written") }
             records += 1
             if records % 10_000 == 0 { printError("checked \(records) records") }
         }

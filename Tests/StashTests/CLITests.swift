@@ -519,6 +519,37 @@ import StashTestSupport
         #expect(result.status == 0, "\(result.stderr)")
     }
 
+    /// A schema file that is not JSON, or not of the schema's shape, is refused with where the
+    /// fault is, in one line: it printed Foundation's whole `DecodingError` (its coding keys,
+    /// "Debug description: …"), and for a syntax error only that the data was not valid JSON.
+    /// JSON given to `put` and `load` says where its syntax fails too (`load` named standard
+    /// input "-").
+    @Test func malformedJSONSaysWhere() throws {
+        let dir = TemporaryDirectory()
+        let bad = [
+            (#"{"types": [{"name": "X", "fields": [{"name": "a"}]}]}"#, "missing field 'kind' in types[0].fields[0]"),
+            (#"{"types": {"X": {}}}"#, "expected an array at types"),
+            (#"{"types": [{"name": "X", "fields": [{"name": "a", "kind": "string", "optional": "yes"}]}]}"#,
+             "expected a boolean at types[0].fields[0].optional"),
+            (#"{"types": [{"name": "X", "fields": [{"name": "a", "kind": "strin"}]}]}"#, "at types[0].fields[0].kind"),
+            (#"{"types": [{"name": "X" "fields": []}]}"#, "not valid JSON: "),
+        ]
+        for (n, (schema, says)) in bad.enumerated() {
+            let schemaPath = dir.sub("bad\(n).json")
+            try schema.write(toFile: schemaPath, atomically: true, encoding: .utf8)
+            let result = try StashCLI.run("init", dir.sub("s\(n)"), "--schema", schemaPath)
+            #expect(result.status == 1 && result.stderr.contains(says) && result.stderr.contains("stash init --help"), "\(schema): \(result.stderr)")
+            #expect(result.stderr.split(separator: "\n").count == 1 && !result.stderr.contains("DecodingError"), "\(result.stderr)")
+            #expect(!FileManager.default.fileExists(atPath: dir.sub("s\(n)")), "\(schema) created a store")
+        }
+        let store = try StashCLI.makeStore(in: dir)
+        let put = try StashCLI.run("put", store, "Home", #"{"name": Flat}"#)
+        #expect(put.status == 1 && put.stderr.contains("malformed JSON: invalid value around character 9"), "\(put.stderr)")
+        let load = try StashCLI.run(["load", store, "Home", "-"], stdin: "{\"name\": \"A\"}\n{\"name\": \n")
+        #expect(load.status == 1 && load.stderr.contains("standard input line 2: malformed JSON: unexpected end of file")
+                && load.stderr.contains("nothing was written"), "\(load.stderr)")
+    }
+
     /// A read-only command on LMDB data that holds no store (an empty environment, another
     /// tool's) turned it into a store: the read-only open said to open it for writing once,
     /// and the command did.
