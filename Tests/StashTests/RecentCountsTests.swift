@@ -17,7 +17,7 @@ import StashTestSupport
         var description: String { "total \(total), \(sizes.count) groups \(sizes.values.sorted())" }
     }
 
-    private static func counted(_ store: Store) throws -> Counted {
+    static func counted(_ store: Store) throws -> Counted {
         try store.read { snapshot in
             let groups = try snapshot.groups(store.index(\Item.homeID), largerThan: 0)
             return Counted(total: try snapshot.count(Item.self), sizes: Dictionary(uniqueKeysWithValues: groups.map { ($0.value, $0.count) }))
@@ -25,7 +25,7 @@ import StashTestSupport
     }
 
     /// `counted` (taken at `from`) brought to `to` from the kept counts; nil for "unknown".
-    private static func broughtUpToDate(_ counted: Counted, _ store: Store, _ key: RecentCountsKey,
+    static func broughtUpToDate(_ counted: Counted, _ store: Store, _ key: RecentCountsKey,
                                         from: HistoryToken, to: HistoryToken) -> Counted? {
         var result = counted
         let known = store.recentCounts(key, from: from, to: to, total: &result.total) { home, size in
