@@ -67,7 +67,13 @@ final class WriteContext: FieldTagResolver {
         keptUniqueIndexes = store.keptUniqueIndexes
         if let indexes = store.recentCounts.keptIndexes {
             recentCounts = store.recentCounts
-            changedGroups = ChangedGroups(indexes: indexes)
+            // A kept index another open dropped (`dropsUndeclaredIndexes`) has no entries for
+            // this transaction to note, which says nothing of its groups: its commit leaves
+            // them unknown (it does not list the index), rather than unchanged.
+            func exists(_ index: UInt32) -> Bool {
+                catalog.layoutsByTag[UInt16(index >> 16)]?.schema.indexes.contains { $0.tag == UInt16(truncatingIfNeeded: index) } == true
+            }
+            changedGroups = ChangedGroups(indexes: indexes.allSatisfy(exists) ? indexes : indexes.filter(exists))
         }
     }
 

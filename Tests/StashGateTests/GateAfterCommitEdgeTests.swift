@@ -169,4 +169,43 @@ import Testing
         // The kept counts answered many of the checks (else this tested the history path only).
         #expect(f.gate.countsFromCommits.load(ordering: .relaxed) > 40, "seed \(seed)")
     }
+
+    /// Another open of the directory (an older app version) drops the parent index with
+    /// `dropsUndeclaredIndexes`: the parents can no longer be counted, and a check counted from
+    /// the store fails with the cause (`noSuchIndex`). The store kept the counts of its own
+    /// commits made after the drop as if they had changed no group (there was no index entry
+    /// to note), and the gate followed them, in snapshots and, through the committed parents
+    /// a write starts from, in writes: a move that put a home over its limit went unseen, and
+    /// the creation was allowed.
+    @Test func commitsAfterTheParentIndexWasDroppedAreNotFollowed() throws {
+        let f = try Fixture { $0.limits = [.maxRecords(Home.self, Self.maximum), .maxRecords(Item.self, Self.maximum, per: \.homeID)] }
+        let index = try f.store.index(\Item.homeID)
+        let homes = [RecordID(), RecordID()]
+        let items = (0..<6).map { Item(homeID: homes[$0 % 2], name: "\($0)") }
+        try f.store.write { tx in for item in items { try tx.insert(item) } }
+        #expect(f.gate.check(.create(Home.self)).isAllowed)   // parents walked, counts kept
+        #expect(f.gate.check(.create(Home.self)).isAllowed)
+        var dropping = StoreOptions()
+        dropping.dropsUndeclaredIndexes = true
+        _ = try Store.open(at: f.store.path, types: [Home.self, ItemWithoutIndex.self] + FeatureGate.recordTypes, options: dropping)
+        // The app moves an item: home 0 holds 4 items, over the limit of 3.
+        try f.store.update(Item.self, id: items[1].id) { $0.homeID = homes[0] }
+        let counted = thrownError { _ = try f.store.read { try $0.groups(index, largerThan: Self.maximum) } } as? StoreError
+        #expect(counted?.code == .noSuchIndex)
+        let decision = f.gate.check(.create(Home.self))
+        #expect(decision.denial == .checkFailed, "\(decision)")
+        let inWrite = try f.store.write { tx in f.gate.check(.create(Home.self), in: tx) }
+        #expect(inWrite.denial == .checkFailed, "\(inWrite)")
+        // And after a later commit of the app too (the first failure kept nothing).
+        try f.store.update(Item.self, id: items[3].id) { $0.name += "'" }
+        #expect(f.gate.check(.create(Home.self)).denial == .checkFailed)
+    }
+}
+
+/// `Item` as an older app version declares it: without the index on `homeID`.
+private struct ItemWithoutIndex: Record, Equatable {
+    static let recordType = "Item"
+    var id = RecordID()
+    var homeID: RecordID
+    var name: String
 }

@@ -150,6 +150,30 @@ import StashTestSupport
         #expect(RecentCountsTests.broughtUpToDate(countedMigrated, store, key, from: migrated, to: after) == truth)
     }
 
+    /// Another open (an older app version) drops the kept index with `dropsUndeclaredIndexes`:
+    /// a commit of this store after that has no entry of the index to note, which says
+    /// nothing of its groups. Their sizes are unknown from then on; the totals stay known.
+    @Test func commitsAfterAnotherOpenDroppedTheIndexLeaveItsGroupsUnknown() throws {
+        let dir = TemporaryDirectory()
+        let store = try Store.open(at: dir.path, types: [Home.self, Item.self])
+        let key = try Self.keep(store)
+        let totalOnly = store.keepRecentCounts(of: try store.typeHandle(Item.self), groupedBy: nil)
+        let homes = [RecordID(), RecordID()]
+        let items = (0..<4).map { item(homes[$0 % 2], "\($0)") }
+        try store.write { tx in for item in items { try tx.insert(item) } }
+        let before = try store.currentToken(), countedBefore = try RecentCountsTests.counted(store)
+        var dropping = StoreOptions()
+        dropping.dropsUndeclaredIndexes = true
+        _ = try Store.open(at: dir.path, types: [Home.self, ItemWithoutIndexes.self], options: dropping)
+        try store.update(Item.self, id: items[1].id) { $0.homeID = homes[0] }
+        try store.insert(item(homes[0], "after"))
+        let after = try store.currentToken()
+        #expect(RecentCountsTests.broughtUpToDate(countedBefore, store, key, from: before, to: after) == nil)
+        var total = countedBefore.total
+        #expect(store.recentCounts(totalOnly, from: before, to: after, total: &total) { _, _ in Issue.record("no index asked for") })
+        #expect(total == 5)
+    }
+
     /// A purge is a write of the store that leaves no history entry (and moves no sequence):
     /// the commits on either side of it still chain, and their counts stay right.
     @Test func aPurgeBetweenCommitsLeavesThemFollowed() throws {
@@ -265,4 +289,12 @@ private struct Locker: Record, Equatable {
     var homeID: RecordID
     var code: String
     static let indexes: [RecordIndex<Locker>] = [.index(\.homeID), .unique(\.code)]
+}
+
+/// `Item` as an older app version declares it: fewer fields, and no index.
+private struct ItemWithoutIndexes: Record, Equatable {
+    static let recordType = "Item"
+    var id = RecordID()
+    var homeID: RecordID
+    var name: String
 }
