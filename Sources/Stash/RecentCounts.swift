@@ -92,11 +92,12 @@ final class RecentCounts: Sendable {
     /// `typeTag` then, becomes its count now, and `visit` sees each group of `index` (if any)
     /// that changed, with its size, oldest commit first (a later size replaces an earlier one).
     /// Returns false, and changes nothing, when this store's commits do not cover every
-    /// sequence in between (see ``RecentCounts``). O(commits kept + groups visited); no
-    /// allocation.
+    /// sequence in between (see ``RecentCounts``), or when `from` is after `to` (counts are
+    /// never taken back). O(commits kept + groups visited); no allocation.
     func bringUpToDate(from: UInt64, to: UInt64, typeTag: UInt16, total: inout Int, index: UInt32?,
                        _ visit: (RecordID, Int) -> Void) -> Bool {
-        state.withLock { state in
+        guard from <= to else { return false }
+        return state.withLock { state in
             var at = from
             while at < to {
                 guard let commit = state.commit(from: at), commit.to <= to else { return false }

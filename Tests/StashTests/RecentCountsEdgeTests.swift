@@ -194,6 +194,19 @@ import StashTestSupport
         try states.check("deleted after the purge")
     }
 
+    /// Counts taken at a later state are never "brought up to date" to an earlier one: the
+    /// answer is unknown (it was known, with the counts unchanged: the later state's).
+    @Test func countsAreNotTakenBack() throws {
+        let dir = TemporaryDirectory()
+        let store = try Store.open(at: dir.path, types: [Home.self, Item.self])
+        let key = try Self.keep(store)
+        let before = try store.currentToken()
+        try store.insert(item(RecordID()))
+        let after = try store.currentToken(), countedAfter = try RecentCountsTests.counted(store)
+        #expect(RecentCountsTests.broughtUpToDate(countedAfter, store, key, from: after, to: after) == countedAfter)
+        #expect(RecentCountsTests.broughtUpToDate(countedAfter, store, key, from: after, to: before) == nil)
+    }
+
     /// Writers committed together (group commit) that move and delete records: one of each
     /// group throws after its moves (the group runs again with each writer nested, and drops
     /// its changes), one catches a failed insert of its own and commits its move, one deletes
