@@ -73,6 +73,65 @@ import Testing
         for (bytes, total) in model { #expect(seen[KeyBytes(bytes)] == total, "seed \(seed)") }
     }
 
+    /// Keys of exactly 0, 1, 7, 8, 9, 510 and 511 bytes (the word edges of an in-place
+    /// comparison and the full key), against keys differing from them in one byte only (first,
+    /// middle, last) or one byte shorter or longer: `==`, `hasPrefix`, hashes, `hasSameBytes`
+    /// and the order LMDB keeps them in follow `[UInt8]`'s; big-endian appends cut at the
+    /// 511-byte limit keep their leading bytes and mark the key lossy.
+    @Test func keysAtWordEdgesAndFullLengthCompareByEveryByte() throws {
+        let seed: UInt64 = 0x0511
+        var rng = SeededGenerator(seed: seed)
+        var all: [[UInt8]] = []
+        for length in [0, 1, 7, 8, 9, 510, 511] {
+            let base = (0..<length).map { _ in UInt8.random(in: 1...254, using: &rng) }
+            var others: [[UInt8]] = length > 0 ? [Array(base.dropLast())] : []
+            if length < KeyBytes.capacity { others.append(base + [0]) }
+            for position in Set([0, length / 2, length - 1]) where length > 0 {
+                for delta in [1, -1] {
+                    var other = base
+                    other[position] = UInt8(Int(other[position]) + delta)
+                    others.append(other)
+                }
+            }
+            let key = KeyBytes(base)
+            #expect(key.bytes == base && key.count == length && !key.isLossy, "seed \(seed), \(length) bytes")
+            #expect(key == KeyBytes(base) && key.hashValue == KeyBytes(base).hashValue, "seed \(seed), \(length) bytes")
+            #expect(key.hasSameBytes(as: base) && Data(base).hasSameBytes(as: key), "seed \(seed), \(length) bytes")
+            for other in others {
+                let context = "seed \(seed), \(length) bytes against \(other.count)"
+                let otherKey = KeyBytes(other)
+                #expect(key != otherKey && !key.hasSameBytes(as: other) && !otherKey.hasSameBytes(as: base), "\(context)")
+                #expect(key.hasPrefix(otherKey) == base.starts(with: other), "\(context)")
+                #expect(otherKey.hasPrefix(key) == other.starts(with: base), "\(context)")
+            }
+            all.append(base)
+            all.append(contentsOf: others)
+        }
+        // LMDB orders the keys as their bytes do, and finds each by its KeyBytes.
+        let dir = TemporaryDirectory()
+        let env = try openEnvironment(dir.path)
+        let main = try env.database("main")
+        let distinct = Array(Set(all)).filter { !$0.isEmpty }
+        try env.write { txn in
+            for (n, bytes) in distinct.enumerated() { try txn.put(main, key: KeyBytes(bytes), value: [UInt8(n % 256)]) }
+        }
+        let stored = try env.read { txn in
+            var keys: [[UInt8]] = []
+            try txn.scan(main, from: ScanStart<[UInt8]>.first) { key, _ in keys.append(key); return true }
+            for (n, bytes) in distinct.enumerated() { #expect(try txn.get(main, key: KeyBytes(bytes)) == [UInt8(n % 256)], "seed \(seed)") }
+            return keys
+        }
+        #expect(stored == distinct.sorted { $0.lexicographicallyPrecedes($1) }, "seed \(seed)")
+        // A big-endian append past the limit keeps what fits.
+        for filled in 503...KeyBytes.capacity {
+            var key = KeyBytes([UInt8](repeating: 9, count: filled))
+            key.appendBigEndian(UInt64(0x0102_0304_0506_0708))
+            let fits = min(8, KeyBytes.capacity - filled)
+            #expect(key.count == filled + fits && key.isLossy == (fits < 8), "\(filled) bytes before")
+            #expect(Array(key.bytes.suffix(fits)) == Array([1, 2, 3, 4, 5, 6, 7, 8].prefix(fits)), "\(filled) bytes before")
+        }
+    }
+
     @Test func groupsAreWalkedKeyByKeyWithTheirDuplicateCounts() throws {
         let dir = TemporaryDirectory()
         let env = try openEnvironment(dir.path)
