@@ -498,11 +498,19 @@ public final class SyncEngine: Sendable {
         let entryCount = reader.remaining
         let stream = entryCount >= DeltaEntryStream.minimumEntries ? DeltaEntryStream(reader) : nil
         defer { stream?.stop() }
+        // The batches the merge took from the stream, kept for a rerun of the write's closure
+        // (see below).
+        var streamed: [[RecordState]] = []
         var entriesRead = false
         func readEntries() throws {
             guard !entriesRead else { return }
             if let stream {
-                (delta.entries, delta.counterFields) = try stream.rest()
+                // A run of the write's closure before this one may have taken batches already:
+                // the entries are those and the rest.
+                let rest = try stream.rest()
+                delta.entries = streamed.flatMap { $0 } + rest.entries
+                delta.counterFields = rest.counterFields
+                streamed = []
             } else {
                 delta.entries = try reader.entries(upTo: entryCount)
                 delta.counterFields = try reader.finish()
@@ -544,14 +552,16 @@ public final class SyncEngine: Sendable {
         }
         // The schema check runs in the write transaction that merges, against the schema it
         // sees: another process cannot change the schema in between.
-        var streamed: [[RecordState]] = []
         let result: Result<ApplyOutcome, Incompatibility> = try store.write(author: "sync") { tx in
             var watermark = try PeerWatermark.load(source, in: tx)
             // A range applied before is a duplicate whatever its schema (checked first: parked
             // as incompatible, one applied before a migration here held back its source).
             if !delta.isFullSnapshot, delta.to <= watermark.receivedThrough { return .success(.duplicate) }
             // With the same schema fingerprint, nothing in the entries can be incompatible: a
-            // streamed delta's entries need not all be read first.
+            // streamed delta's entries need not all be read first. A rerun of this closure may
+            // see another schema than the run that streamed (a closure grouped before it wrote
+            // differently, another process wrote between two attempts): it then reads the rest
+            // and checks and merges every entry, those merged by the run before included.
             let streaming = stream != nil && !entriesRead && SchemaFingerprint.of(tx.schema) == delta.schemaFingerprint
             if !streaming {
                 try readEntries()

@@ -97,12 +97,42 @@ struct Wide: Record, Equatable {
     }
 }
 
+/// A record whose decoding reads its id and text only, so that the open's probe never sees
+/// `extra`: the store learns that field (its schema grows) from the first record written with it.
+struct Scribble: Record, Equatable {
+    var id = RecordID()
+    var text: String
+    var extra: String?
+
+    init(id: RecordID = RecordID(), text: String, extra: String? = nil) {
+        self.id = id
+        self.text = text
+        self.extra = extra
+    }
+
+    enum CodingKeys: String, CodingKey { case id, text, extra }
+
+    init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        id = try container.decode(RecordID.self, forKey: .id)
+        text = try container.decode(String.self, forKey: .text)
+        extra = nil
+    }
+
+    func encode(to encoder: any Encoder) throws {
+        var container = encoder.container(keyedBy: CodingKeys.self)
+        try container.encode(id, forKey: .id)
+        try container.encode(text, forKey: .text)
+        try container.encodeIfPresent(extra, forKey: .extra)
+    }
+}
+
 /// Deltas at the edges of their reading on a thread of its own (``DeltaEntryStream``: 512
 /// entries or more, a first batch of 64, then 256): an entry that cannot be read at a batch's
-/// edge, a write that fails while the reader still runs, a map that grows mid-import, an import
-/// whose task is cancelled; round trips of records whose field sets differ from entry to entry
-/// (a delta reuses the previous entry's string numbers by position) and concurrent edits of
-/// wide records.
+/// edge, a write that fails while the reader still runs, a map that grows mid-import, a rerun of
+/// the import's closure that sees another schema, an import whose task is cancelled; round trips
+/// of records whose field sets differ from entry to entry (a delta reuses the previous entry's
+/// string numbers by position) and concurrent edits of wide records.
 @Suite struct DeltaStreamEdgeTests {
     let family = RecordID()
 
@@ -268,6 +298,74 @@ struct Wide: Record, Equatable {
         #expect(try b.store.history().count == historyBefore)
         #expect(try b.engine.peers().map { "\($0.site) \($0.receivedThrough)" } == peersBefore)
         #expect(try b.store.fetch(FetchDescriptor<Note>()).allSatisfy { !$0.pinned })
+    }
+
+    /// An import's closure may run again (its group commit reruns every closure when one
+    /// throws; a map that grows reruns it too, after another process may have written) and then
+    /// see another schema than its first run did: here a write grouped before it learns a new
+    /// field on its second run only. The first run merged the streamed batches; the second,
+    /// no longer streaming (the schemas differ), must still check and merge every entry, not
+    /// only those the reader had not handed over: it merged none and moved the watermark past
+    /// the whole delta.
+    @Test func aRerunThatSeesAnotherSchemaStillMergesEveryEntry() throws {
+        let dir = TemporaryDirectory()
+        let types = syncTypes + [Scribble.self]
+        let a = try Device.open(dir.sub("a"), family: family, types: types)
+        try a.store.write { tx in
+            for n in 0..<1_500 { try tx.insert(Note(title: "note \(n)", body: "")) }
+        }
+        let delta = try a.engine.makeDelta(for: nil).encoded()
+        let b = try Device.open(dir.sub("b"), family: family, types: types)
+        let env = try Environment.open(path: b.path)
+        let release = DoneFlag(), entered = DoneFlag()
+        Thread {
+            try? b.store.write { tx in
+                try tx.insert(Note(title: "held", body: ""))
+                entered.set()
+                while !release.isSet { Thread.sleep(forTimeInterval: 0.001) }
+            }
+        }.start()
+        while !entered.isSet { Thread.sleep(forTimeInterval: 0.001) }
+        func waitFor(_ writes: Int) {
+            let deadline = Date().addingTimeInterval(10)
+            while env.waitingWrites < writes, Date() < deadline { Thread.sleep(forTimeInterval: 0.001) }
+        }
+        let runs = Atomic<Int>(0)
+        let outcome = Mutex<String>("not run")
+        let done = DispatchGroup()
+        done.enter()
+        Thread {
+            try? b.store.write { tx in
+                // The second run writes the field the schema does not know yet.
+                let run = runs.add(1, ordering: .relaxed).newValue
+                try tx.insert(Scribble(text: "run \(run)", extra: run > 1 ? "new field" : nil))
+            }
+            done.leave()
+        }.start()
+        waitFor(1)
+        done.enter()
+        Thread {
+            outcome.withLock { $0 = (try? b.engine.apply(delta)).map { "\($0)" } ?? "failed" }
+            done.leave()
+        }.start()
+        waitFor(2)
+        done.enter()
+        Thread {
+            struct Refused: Error {}
+            _ = try? b.store.write { _ in throw Refused() }
+            done.leave()
+        }.start()
+        waitFor(3)
+        #expect(env.waitingWrites == 3, "the three writes did not queue behind the held one")
+        release.set()
+        done.wait()
+
+        #expect(runs.load(ordering: .relaxed) == 2, "the group did not run again")
+        #expect(b.store.schema.type(named: "Scribble")?.field(named: "extra") != nil, "the rerun did not change the schema")
+        #expect(outcome.withLock { $0 } == "\(ApplyOutcome.applied(entries: 1_500, changed: 1_500))")
+        #expect(try b.store.count(Note.self) == 1_501)
+        let imported = try canonicalDump(b.store).filter { !$0.contains("\"held\"") }
+        #expect(imported == (try canonicalDump(a.store)))
     }
 
     /// A merge over a record this (damaged) store keeps without versions, of a type with a
