@@ -372,13 +372,18 @@ final class TypeLayout: Sendable {
     /// first (held in the string itself: names of other lengths cost no comparison), and a
     /// larger one through its dictionary: a merge visits a record state's fields in its
     /// dictionary's order, which is another one for every state. O(1).
+    ///
+    /// Names match as `String`'s `==` has them (canonical equivalence), as the schema's
+    /// ``TypeSchema/field(named:)`` does: a name in another Unicode form (decomposed where the
+    /// schema's is precomposed, from another source's delta) has another length, so a miss of
+    /// the search by length asks the dictionary (a miss is rare: a field new to the schema).
     @inline(__always)
     func slot(of name: String, hint: Int) -> Int? {
         if hint < names.count, names[hint] == name { return hint }
         guard names.count <= 16 else { return slotsByName[name] }
         let length = name.utf8.count
         for slot in names.indices where names[slot].utf8.count == length && names[slot] == name { return slot }
-        return nil
+        return slotsByName[name]
     }
 }
 

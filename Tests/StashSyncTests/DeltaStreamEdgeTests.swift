@@ -127,12 +127,21 @@ struct Scribble: Record, Equatable {
     }
 }
 
+/// A type whose field name holds an accented letter, precomposed (NFC) in this file: another
+/// source may name it decomposed (NFD), the same name to Swift's `==`.
+struct Creme: Record, Equatable {
+    var id = RecordID()
+    var note: String?
+    var crème: String
+}
+
 /// Deltas at the edges of their reading on a thread of its own (``DeltaEntryStream``: 512
 /// entries or more, a first batch of 64, then 256): an entry that cannot be read at a batch's
 /// edge, a write that fails while the reader still runs, a map that grows mid-import, a rerun of
 /// the import's closure that sees another schema, an import whose task is cancelled; round trips
 /// of records whose field sets differ from entry to entry (a delta reuses the previous entry's
-/// string numbers by position) and concurrent edits of wide records.
+/// string numbers by position) and concurrent edits of wide records; a field named in another
+/// Unicode form.
 @Suite struct DeltaStreamEdgeTests {
     let family = RecordID()
 
@@ -366,6 +375,31 @@ struct Scribble: Record, Equatable {
         #expect(try b.store.count(Note.self) == 1_501)
         let imported = try canonicalDump(b.store).filter { !$0.contains("\"held\"") }
         #expect(imported == (try canonicalDump(a.store)))
+    }
+
+    /// A delta naming a field in another Unicode form than this store (decomposed, where this
+    /// store's name is precomposed: equal names to `String`'s `==`, which the schema check
+    /// uses) merges into that field, as it did when a merge found fields through a dictionary;
+    /// it must not add a second field of the same name, under which typed reads never look.
+    @Test func aFieldNamedInAnotherUnicodeFormMergesIntoThatField() throws {
+        let dir = TemporaryDirectory()
+        let types = syncTypes + [Creme.self]
+        let a = try Device.open(dir.sub("a"), family: family, types: types)
+        let b = try Device.open(dir.sub("b"), family: family, types: types)
+        let precomposed = "cr\u{E8}me", decomposed = "cre\u{300}me"
+        #expect(precomposed == decomposed && !precomposed.utf8.elementsEqual(decomposed.utf8))
+        let record = Creme(note: nil, crème: "brûlée")
+        try a.store.insert(record)
+        var delta = try a.engine.makeDelta(for: nil)
+        for n in delta.entries.indices {
+            if let field = delta.entries[n].fields.removeValue(forKey: precomposed) { delta.entries[n].fields[decomposed] = field }
+        }
+        let data = delta.encoded()
+        #expect(data.range(of: Data(decomposed.utf8)) != nil, "the delta does not name the field decomposed")
+        #expect(try b.engine.apply(data) == .applied(entries: 1, changed: 1))
+        #expect(try b.store.get(Creme.self, id: record.id) == record)
+        #expect(b.store.schema.type(named: "Creme")?.fields.count == a.store.schema.type(named: "Creme")?.fields.count)
+        #expect(try b.store.verify().problems.isEmpty)
     }
 
     /// A merge over a record this (damaged) store keeps without versions, of a type with a
