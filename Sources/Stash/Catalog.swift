@@ -100,7 +100,7 @@ final class Catalog: Sendable {
     func layout(_ name: String, store: String) throws -> TypeLayout {
         guard let layout = layoutsByName[name] else {
             let known = schema.types.map(\.name).sorted().joined(separator: ", ")
-            throw StoreError(.unknownType, "store \(store) has no record type '\(name)' (known: \(known.isEmpty ? "none" : known))")
+            throw StoreError(.unknownType, "store \(store) has no record type '\(name)' (known: \(known.isEmpty ? "none" : known)); declare it when opening the store: among Store.open(at:types:)'s types, or in its SchemaDeclaration")
         }
         return layout
     }

@@ -405,8 +405,14 @@ package func describe(_ error: any Error, in json: Data? = nil) -> String {
             return json.flatMap(jsonSyntaxError).map { "not valid JSON: \($0)" } ?? c.debugDescription
         case .dataCorrupted(let c): return "\(c.debugDescription) (at \(codingPathText(c.codingPath)))"
         case .keyNotFound(let k, let c):
-            let place = c.codingPath.isEmpty ? "" : " in \(codingPathText(c.codingPath))"
-            return "missing field '\(k.stringValue)'\(place)"
+            // The path of the value that lacks the key (a decoder may end it with the key).
+            var path = c.codingPath
+            if let last = path.last, last.stringValue == k.stringValue, last.intValue == k.intValue { path.removeLast() }
+            let place = path.isEmpty ? "" : " in \(codingPathText(path))"
+            // Foundation's and our JSON decoders' own wording says nothing more than the key.
+            let boilerplate = c.debugDescription.isEmpty || c.debugDescription.hasPrefix("No value associated with key")
+                || c.debugDescription.hasPrefix("no value for '")
+            return "missing field '\(k.stringValue)'\(place)\(boilerplate ? "" : ": \(c.debugDescription)")"
         case .typeMismatch(let t, let c): return "expected \(kindName(t)) at \(codingPathText(c.codingPath)) (\(c.debugDescription))"
         case .valueNotFound(let t, let c): return "expected \(kindName(t)) at \(codingPathText(c.codingPath)), found null"
         @unknown default: return "\(e)"

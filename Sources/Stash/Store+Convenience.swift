@@ -57,6 +57,10 @@ extension Store {
         let catalog = self.catalog   // once: the handle is confirmed in the schema it was found in
         let layout = try catalog.layout(R.recordType, store: path)
         guard let index = layout.schema.indexes.first(where: { $0.fields == [name] }) else {
+            if name == "id" {
+                // `.index(\.id)` is refused at open: the id is the key records are stored under.
+                throw StoreError(.noSuchIndex, "store \(path): \(R.recordType).id is the key its records are stored under, not a field an index can hold (each id is one record); to count records per parent, index the field that holds the parent's id (.index(\\.homeID), say)")
+            }
             throw StoreError(.noSuchIndex, "store \(path): \(R.recordType) has no index on '\(name)' alone; declare .index(\\.\(name)) in \(R.recordType).indexes")
         }
         let confirmed = ConfirmedGeneration(catalog.generation, IndexFieldState(V.self, layout.schema.field(named: name)?.kind))

@@ -44,12 +44,14 @@ public struct StoreOptions: Sendable {
     /// Typed reads decode through the stored schema: a type, field, default or index declared
     /// after the store was last opened for writing is unknown to them (such reads throw; the
     /// generic API reads everything stored). The open does not wait for a write under way in
-    /// another process, and works on a read-only file system or files this user cannot write
-    /// (LMDB's `MDB_RDONLY`; `lock.mdb` must still be writable, except on a read-only file
-    /// system). A store in an older format, or lacking a database this version keeps, throws
-    /// `.readOnly`: open it for writing once. Read-only and writable opens of one directory in
-    /// one process share LMDB's environment, except that no writable open is possible while
-    /// an `MDB_RDONLY` one lives (it throws `.readOnly`). Sync refuses a read-only store.
+    /// another process, and works on a read-only file system or files this user cannot write.
+    /// On files it can write, the open uses a writable LMDB environment and writes nothing;
+    /// only where they cannot be written does it fall back to LMDB's `MDB_RDONLY` (`lock.mdb`
+    /// must still be writable then, except on a read-only file system). A store in an older
+    /// format, or lacking a database this version keeps, throws `.readOnly`: open it for
+    /// writing once. Read-only and writable opens of one directory in one process share LMDB's
+    /// environment, so a writable open next to a read-only one works, except while an
+    /// `MDB_RDONLY` one lives (it throws `.readOnly`). Sync refuses a read-only store.
     public var readOnly = false
     /// The wall clock for version timestamps (hybrid logical clock). Tests inject one to
     /// simulate skewed devices. Default: the system clock.
@@ -223,7 +225,7 @@ public final class Store: Sendable {
             throw StoreError(.notAStore, "\(path) holds another program's LMDB data, not a Stash store: \(error)", underlying: error)
         }
         catch where error.code == .readOnly {
-            throw StoreError(.readOnly, "store \(path) is open in this process by read-only Store values whose LMDB environment is read-only (its files could not be written when they opened it); release them before opening it for writing: \(error)",
+            throw StoreError(.readOnly, "store \(path) is open in this process by read-only Store values whose LMDB environment is read-only (its files could not be written when they opened it); release them before opening it for writing",
                              underlying: error)
         }
         catch where options.readOnly && error.code == .notFound && error.operation == "mdb_dbi_open meta" {

@@ -207,6 +207,8 @@ public final class Environment: @unchecked Sendable {
                 throw LMDBError(code: .init(rawValue: rc), operation: "mdb_env_open", path: path,
                                 detail: readOnlyFlag
                                     ? "to read, LMDB needs data.mdb readable and lock.mdb writable by this user (it registers readers there), unless the store is on a read-only file system"
+                                    : rc == EROFS
+                                    ? "the file system is read-only: open the store read-only, or copy it to a writable place"
                                     : "LMDB writes data.mdb and lock.mdb even to read: the directory and both files must be writable by this user (open it read-only, or copy the store elsewhere)")
             }
             try check(rc, "mdb_env_open", path)

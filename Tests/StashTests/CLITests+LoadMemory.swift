@@ -124,7 +124,7 @@ extension CLITests {
         let loaded = try load(good, tmp: spool)
         #expect(loaded.status == 0 && loaded.stdout == "20\n", "\(loaded.stderr)")
         let failed = try load(bad, tmp: spool)
-        #expect(failed.status == 1 && failed.stderr.contains("- line 2"), "\(failed.stderr)")
+        #expect(failed.status == 1 && failed.stderr.contains("standard input line 2"), "\(failed.stderr)")
         #expect(try FileManager.default.contentsOfDirectory(atPath: spool).isEmpty)
         let nowhere = try load(good, tmp: dir.sub("missing"))
         #expect(nowhere.status == 1 && nowhere.stderr.contains("cannot make a temporary copy of standard input in \(dir.sub("missing"))")

@@ -54,6 +54,24 @@ private struct LimitWithCeiling: Record, Equatable {
     static var fieldDefaults: [String: FieldValue] { ["ceiling": .double(.infinity), "level": .double(0), "label": .string("\u{E9}")] }
 }
 
+/// A type whose `encode(to:)` leaves out an empty slug while its `init(from:)` requires one.
+private struct Slugged: Record, Equatable {
+    var id = RecordID()
+    var slug: String
+    init(slug: String) { self.slug = slug }
+    enum CodingKeys: String, CodingKey { case id, slug }
+    init(from decoder: any Decoder) throws {
+        let c = try decoder.container(keyedBy: CodingKeys.self)
+        id = try c.decode(RecordID.self, forKey: .id)
+        slug = try c.decode(String.self, forKey: .slug)
+    }
+    func encode(to encoder: any Encoder) throws {
+        var c = encoder.container(keyedBy: CodingKeys.self)
+        try c.encode(id, forKey: .id)
+        if !slug.isEmpty { try c.encode(slug, forKey: .slug) }
+    }
+}
+
 /// Values that went in and did not come out as they went in.
 @Suite struct CodingFidelityTests {
     /// A property that is not an optional but encodes a nil (a null-codable wrapper, a
@@ -100,6 +118,19 @@ private struct LimitWithCeiling: Record, Equatable {
         #expect(try store.get(Measure.self, id: fits.id) == fits)
         let error = #expect(throws: (any Error).self) { try store.get(Measure.self, id: huge) }
         #expect("\(String(describing: error))".contains("does not fit in Float"), "\(String(describing: error))")
+    }
+
+    /// A record without a field its type requires says which field, which record, and what to
+    /// do, once: the read said "missing field 'slug' in slug" and left out the advice.
+    @Test func aMissingRequiredFieldSaysWhatToDo() throws {
+        let dir = TemporaryDirectory()
+        let store = try Store.open(at: dir.path, types: [Slugged.self])
+        let bare = Slugged(slug: "")
+        try store.insert(bare)
+        let error = #expect(throws: StoreError.self) { try store.get(Slugged.self, id: bare.id) }
+        let message = error?.message ?? ""
+        #expect(message.contains("missing field 'slug': stored Slugged record \(bare.id) has no field 'slug'")
+                && message.contains("make it optional or add Slugged.fieldDefaults[\"slug\"]") && !message.contains(" in slug"), "\(message)")
     }
 
     /// A default of infinity (or NaN) made every open throw Foundation's EncodingError: the
