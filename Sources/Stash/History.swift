@@ -69,7 +69,9 @@ public struct HistoryChange: Sendable, Equatable {
     public let id: RecordID
     /// Whether the record was inserted, updated or deleted.
     public let operation: Operation
-    /// Names of the fields written (all fields for an insert, none for a delete).
+    /// Names of the fields written: for an insert, every field the record stores (a nil
+    /// optional is not stored, unless its type gives the field a default, and is not named);
+    /// for an update, those whose values changed; none for a delete.
     public let fields: [String]
     /// The site this change came from: the writing store for local writes, the delta's
     /// source for replicated ones (so it is never shipped back there).
