@@ -12,8 +12,10 @@ import StashLMDB
 /// let items = try store.fetch(descriptor)
 /// print(try store.explain(descriptor))   // Item: index homeID equality (homeID == …) → filter each candidate by the predicate
 /// ```
-/// Equality and range conjuncts on indexed fields use the index; everything else is
-/// evaluated on each candidate. The result is the same whatever plan is chosen.
+/// Equality and range conjuncts on indexed fields use an index (the one answering the most of
+/// them: `sensor+value` for `sensor == s && value > v`, even beside an index on `sensor`);
+/// everything else is evaluated on each candidate. The result is the same whatever plan is
+/// chosen.
 public struct FetchDescriptor<R: Record>: @unchecked Sendable {
     /// The records to fetch; nil for every record of the type. It is evaluated on each
     /// decoded candidate, whatever part of it an index answers; a predicate that throws makes
@@ -190,13 +192,22 @@ public struct QueryPlan: Sendable, CustomStringConvertible {
 
 /// Chooses an access path for a set of conditions on one type.
 enum QueryPlanner {
+    /// The access path for `conditions` (all of which must hold) on `type`: a get by id for
+    /// an `id ==`, else the index that answers the most conditions (equality on its leading
+    /// fields, then a range on the next field, bounded on one side or both, counting as one),
+    /// else a scan. Among indexes answering as many, the one that should leave fewer
+    /// candidates: more equality fields, then a whole key, then a range, then fewer fields,
+    /// then the first declared. So `sensor == s && value > v` takes `sensor+value` over
+    /// `sensor`, and `sensor == s` alone takes `sensor`, whose whole key is an exact count.
     static func plan(type: TypeSchema, conditions: [QueryCondition], hasResidual: Bool) -> QueryPlan {
         if let byID = conditions.first(where: { $0.field == "id" && $0.op == .equal }),
            case .uuid(let uuid) = byID.value {
             return QueryPlan(type: type.name, access: .recordID(RecordID(uuid)), indexedConditions: [byID],
                              hasFilter: hasResidual || conditions.count > 1, index: nil, equalityValues: [], lower: nil, upper: nil, lossy: false)
         }
-        var best: (score: Int, plan: QueryPlan)?
+        // Compared in order, higher first: conditions answered, equality fields, a whole key,
+        // a range, fewer fields.
+        var best: (rank: (Int, Int, Int, Int, Int), plan: QueryPlan)?
         // Conditions an index can answer; the others stay in the filter (`unused` below).
         let usable = conditions.filter { indexable($0, type) }
         for index in type.indexes {
@@ -218,8 +229,9 @@ enum QueryPlanner {
             let isRange = lower != nil || upper != nil
             guard !values.isEmpty || isRange else { continue }
             let full = values.count == index.fields.count
-            // Prefer more equality fields, then a complete key, then a range, then fewer fields.
-            let score = values.count * 100 + (full ? 50 : 0) + (isRange ? 10 : 0) - index.fields.count
+            // Most conditions answered first: a composite answering `a ==` and a range on `b`
+            // reads a part of what an index on `a` alone answering `a ==` would read.
+            let rank = (values.count + (isRange ? 1 : 0), values.count, full ? 1 : 0, isRange ? 1 : 0, -index.fields.count)
             let unused = conditions.contains { c in !used.contains(c) }
             // The key as the index holds it, prefix included: values that fit only without the
             // prefix are cut short in the real key, which then counts other records too.
@@ -232,7 +244,7 @@ enum QueryPlanner {
             let plan = QueryPlan(type: type.name, access: access, indexedConditions: used,
                                  hasFilter: hasResidual || unused || isRange, index: index, equalityValues: values,
                                  lower: lower, upper: upper, lossy: probe.isLossy)
-            if best == nil || score > best!.score { best = (score, plan) }
+            if best == nil || rank > best!.rank { best = (rank, plan) }   // a tie keeps the first declared
         }
         return best?.plan ?? QueryPlan(type: type.name, access: .scan, indexedConditions: [], hasFilter: hasResidual || !conditions.isEmpty,
                                        index: nil, equalityValues: [], lower: nil, upper: nil, lossy: false)

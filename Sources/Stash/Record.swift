@@ -93,12 +93,15 @@ public struct RecordIndex<R: Record>: @unchecked Sendable {
     public static func index<A: IndexableValue>(_ a: KeyPath<R, A>) -> Self { Self([a], unique: false) }
     /// A composite index keyed by `a`, then `b` (named after its fields, `"homeID+name"`):
     /// fetches use it for equality on `a` or on both, and for a range on `a`, or on `b` after
-    /// equality on `a`.
+    /// equality on `a`. Beside an index on `a` alone, the planner takes this one when the
+    /// predicate also constrains `b` (it answers more conditions), the one on `a` when not
+    /// (its whole key is an exact count).
     public static func index<A: IndexableValue, B: IndexableValue>(_ a: KeyPath<R, A>, _ b: KeyPath<R, B>) -> Self {
         Self([a, b], unique: false)
     }
     /// A composite index keyed by `a`, `b`, then `c`: fetches use it for equality on its
-    /// leading fields, optionally followed by a range on the next one.
+    /// leading fields, optionally followed by a range on the next one, when no other index
+    /// answers more of the predicate's conditions.
     public static func index<A: IndexableValue, B: IndexableValue, C: IndexableValue>(
         _ a: KeyPath<R, A>, _ b: KeyPath<R, B>, _ c: KeyPath<R, C>) -> Self {
         Self([a, b, c], unique: false)
