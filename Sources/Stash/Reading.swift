@@ -441,8 +441,21 @@ public struct StoreTransaction: StoreReading {
         try context.remove(try context.layout(R.recordType), id: id)
     }
 
-    /// Writes a record given as field values through the stored schema.
+    /// Writes a record given as field values through the stored schema (for apps and tools
+    /// without the type's Swift code, such as the `stash` command line). The record is stored
+    /// as given: `replacing` an existing one replaces all of its fields.
+    ///
+    /// It is checked against the type's stored schema first, so that every record it stores
+    /// reads back through the type's ``Record`` code:
+    /// - Throws: `.unknownType`; `.unknownField` for a field the type's schema lacks (a
+    ///   misspelt name), unless the type learns its fields from the values written (see
+    ///   ``TypeDeclaration/fields``); `.invalidValue` for a value of another kind than its
+    ///   field's (an int for a double field is stored as that double, when exact), for a
+    ///   required field (not optional, no default) left out or null, and for a counter field
+    ///   holding anything but a ``Counter``'s state; `.duplicateID` when not `replacing` and
+    ///   the id exists; `.uniqueViolation`.
     public func put(_ record: GenericRecord, replacing: Bool = true) throws {
+        let record = try context.checkedForGenericPut(record, learnsFields: reader.store.typesLearningFields.contains(record.type))
         let (layout, encoded) = try context.encode(record)
         try context.put(layout, id: record.id, record: encoded, mode: replacing ? .upsert : .insert)
     }

@@ -187,7 +187,9 @@ extension Record {
                 throw StoreError(.incompatibleSchema, "store \(store): \(recordType) declares an index on \(keyPath), but \(recordType) stores no field '\(field)' (its stored fields: \(stored)); index stored properties whose coding key is their own name, not computed properties, nested paths or renamed coding keys")
             }
         }
-        return TypeDeclaration(name: recordType, fields: fields ?? [], indexes: indexes.map(\.declaration),
-                               localOnly: isLocalOnly, defaults: fieldDefaults)
+        var declaration = TypeDeclaration(name: recordType, fields: fields ?? [], indexes: indexes.map(\.declaration),
+                                          localOnly: isLocalOnly, defaults: fieldDefaults)
+        declaration.isProbed = probed != nil
+        return declaration
     }
 }

@@ -91,7 +91,12 @@ public struct SchemaDeclaration: Codable, Sendable {
 public struct TypeDeclaration: Codable, Sendable {
     /// The stored type name (``Record/recordType``). A type the store lacks is added.
     public var name: String
-    /// Known fields. Fields not listed are learned from the values written.
+    /// Known fields, with the stored schema's. A type declared with none (a ``Record`` type
+    /// the open cannot probe, a schema file's type without `"fields"`) learns them from the
+    /// values written, through the store so opened, a generic
+    /// ``StoreTransaction/put(_:replacing:)`` included. Otherwise such a put of a field the
+    /// stored schema lacks is refused (`.unknownField`): a typo would add a field for good.
+    /// Typed writes, merges from other replicas and ``Migration``s add fields in either case.
     public var fields: [FieldDeclaration]
     /// The indexes to have (see ``Record/indexes`` for how they merge with stored ones).
     public var indexes: [IndexDeclaration]
@@ -104,6 +109,11 @@ public struct TypeDeclaration: Codable, Sendable {
     /// A schema file that does not say `localOnly` keeps what the store has: a local-only
     /// type turns synced (and its records start to leave the device) only when asked.
     var keepsStoredLocalOnly = false
+    /// Declared by a ``Record`` type the open probed: its fields are all it has, even none.
+    var isProbed = false
+    /// Whether fields not listed are learned from the values written (see ``fields``): a
+    /// declaration that lists none, unless it is a probed ``Record`` type's (which has none).
+    var learnsFields: Bool { fields.isEmpty && !isProbed }
 
     /// A declaration of type `name`. Unlike a schema file without `localOnly`, it states the
     /// flag: `localOnly: false` turns a stored local-only type synced.

@@ -132,6 +132,11 @@ public final class Store: Sendable {
     public let isReadOnly: Bool
     /// Unique indexes ("Type.index") this process declared plain and the open kept unique.
     let keptUniqueIndexes: Set<String>
+    /// The types of this open's declaration whose fields are learned from the values written
+    /// (a ``Record`` type the open cannot probe, a declared type listing no fields): for them
+    /// ``StoreTransaction/put(_:replacing:)`` adds a field the stored schema lacks instead of
+    /// refusing it. A store opened without declaring a type refuses such fields of it.
+    let typesLearningFields: Set<String>
 
     var catalog: Catalog { catalogBox.withLock { $0.catalog } }
 
@@ -246,13 +251,15 @@ public final class Store: Sendable {
                 try SchemaMerger(path: env.path, txn: txn, dbs: dbs, options: options, dataFile: dataFile).run(declaration)
             }
         }
-        return Store(path: env.path, env: env, dbs: dbs, opened: opened, now: options.clock, readOnly: options.readOnly)
+        return Store(path: env.path, env: env, dbs: dbs, opened: opened, now: options.clock, readOnly: options.readOnly,
+                     typesLearningFields: Set(declaration.types.filter(\.learnsFields).map(\.name)))
     }
 
     private init(path: String, env: Environment, dbs: StoreDatabases, opened: SchemaMerger.Result, now: @escaping @Sendable () -> Date,
-                 readOnly: Bool) {
+                 readOnly: Bool, typesLearningFields: Set<String>) {
         self.isReadOnly = readOnly
         self.keptUniqueIndexes = opened.keptUniqueIndexes
+        self.typesLearningFields = typesLearningFields
         self.now = now
         self.path = path
         self.env = env

@@ -17,9 +17,11 @@ public struct StoreError: Error, CustomStringConvertible, Sendable {
 
         /// The type is not in the store's schema.
         public static let unknownType = Code("unknownType")
-        /// The field is not in the type's schema.
+        /// The field is not in the type's schema: a query names it, or a generic put
+        /// (``StoreTransaction/put(_:replacing:)``) writes it to a type whose fields are known.
         public static let unknownField = Code("unknownField")
-        /// A value does not fit its field (wrong kind, malformed JSON, bad id).
+        /// A value does not fit its field (wrong kind, a required field left out or null,
+        /// malformed JSON, bad id).
         public static let invalidValue = Code("invalidValue")
         /// Insert of an id that exists.
         public static let duplicateID = Code("duplicateID")
