@@ -78,14 +78,31 @@ public struct SyncReport: Sendable, CustomStringConvertible {
     /// Deltas that need a newer schema (or wait behind such a delta of their source), kept to
     /// apply later, each as `"name (reason)"`. Their source's later deltas wait behind them.
     public var parked: [String] = []
-    /// Records deleted here because another record of their type holds the same value of a
-    /// unique index (two devices created it independently): tell the user. Only the store
-    /// whose merge settles a clash reports it, in the fetch that applied the delta: the other
-    /// store receives an ordinary delete (a delta does not say why a record was deleted, and
-    /// a delete followed by a new record with the same value must not read as a clash).
-    /// Clashes settled while the peer store applies what this one sends, or while a parked
-    /// delta is retried, are not reported here.
+    /// Records deleted here by this fetch because another record of their type holds the same
+    /// value of a unique index (two devices created it independently): tell the user, and
+    /// move what pointed at the removed record (children, references) to the kept one.
+    ///
+    /// A clash is reported where it is settled, by the call during which the settling merge
+    /// ran: the merge that finds both records live deletes one of them, and the other stores
+    /// receive an ordinary delete (a delta does not say why a record was deleted, and a
+    /// delete followed by a new record with the same value must not read as a clash).
+    /// - Through a relay, each store merges in its own fetch: every store that holds both
+    ///   records when it merges settles and reports the clash here, so two stores may
+    ///   report the same clash.
+    /// - With ``DirectTransport``, the peer merges what this store sends inside this
+    ///   store's ``SyncEngine/sync(via:)``: a clash settled there is in
+    ///   ``uniqueClashesAtPeer`` of this report, and in no report of the peer.
+    ///
+    /// Clashes settled while a parked delta is retried are not reported.
     public var uniqueClashes: [UniqueClash] = []
+    /// Records the peer deleted to settle unique-index clashes while merging what this sync
+    /// sent, as in ``uniqueClashes`` (the record removed may be this store's: it leaves here
+    /// when this store receives the peer's delete). Only a transport whose peer merges during
+    /// the send reports them (``DirectTransport``; see
+    /// ``SyncTransport/deliverReportingClashes(_:delta:from:)``); empty for a relay, whose
+    /// readers report the clashes they settle in their own fetch. Set by
+    /// ``SyncEngine/sync(via:)`` only.
+    public var uniqueClashesAtPeer: [UniqueClash] = []
     /// Deltas refused (corrupt, unauthenticated, of a newer format, holding versions no
     /// replica accepts...) or that the transport could not read, with why: they stay with the
     /// transport, and their source's later deltas wait behind them. Other sources' deltas are
@@ -100,6 +117,7 @@ public struct SyncReport: Sendable, CustomStringConvertible {
         var text = "sent \(sentEntries) record states, received \(receivedEntries) (\(changedHere) changed here)"
         if sentFullSnapshot { text += "; peer was behind purged history: sent a full snapshot (resetRequired)" }
         if !uniqueClashes.isEmpty { text += "; deleted for a unique value another record holds: \(uniqueClashes.map(\.description).joined(separator: "; "))" }
+        if !uniqueClashesAtPeer.isEmpty { text += "; the peer deleted for a unique value another record holds: \(uniqueClashesAtPeer.map(\.description).joined(separator: "; "))" }
         if !parked.isEmpty { text += "; parked until the schema catches up: \(parked.joined(separator: ", "))" }
         if !refused.isEmpty { text += "; refused: \(refused.joined(separator: "; "))" }
         return text
@@ -110,7 +128,8 @@ public struct SyncReport: Sendable, CustomStringConvertible {
 public struct SyncStatus: Sendable, CustomStringConvertible {
     /// Whether sync is active this session (``SyncEngine/isEnabled``).
     public let enabled: Bool
-    /// Local changes not yet delivered to the peer.
+    /// Changes not yet delivered to the peer: this store's own, and those it received from
+    /// elsewhere, except what came from that peer (or, for a relay directory, through it).
     public let pendingOutgoing: Int
     /// The store's clock at the end of the last send or fetch that did not throw: with this
     /// peer for one peer's status (``SyncEngine/status(via:)``, ``SyncEngine/status(peer:)``
@@ -360,6 +379,8 @@ public final class SyncEngine: Sendable {
 
     /// The delta of changes `peer` has not received (peer nil: for the relay, all origins).
     /// A peer that fell behind purged history gets a full snapshot (``Delta/isFullSnapshot``).
+    /// A relay directory's delta leaves out what came through that relay directory (see
+    /// ``arrivedThrough(_:in:)``).
     public func makeDelta(for peer: RecordID?, fullSnapshot: Bool = false) throws -> Delta {
         try makeDelta(for: peer, watermark: peer?.description ?? PeerWatermark.relaySite, fullSnapshot: fullSnapshot)
     }
@@ -376,6 +397,7 @@ public final class SyncEngine: Sendable {
             let synced = Set(schema.types.filter { !$0.localOnly }.map(\.name))
             let bounds = try snapshot.historyBounds()
             let watermark = try PeerWatermark.load(name, in: snapshot)
+            let arrived = try Self.arrivedThrough(name, in: snapshot)
             var entries: [RecordState] = []
             let full = fullSnapshot || watermark.sentThrough < bounds.purgedThrough.sequence
             if full {
@@ -390,7 +412,8 @@ public final class SyncEngine: Sendable {
                 var seen = Set<RecordKey>()
                 var keys: [RecordKey] = []
                 for entry in try snapshot.history(after: HistoryToken(sequence: watermark.sentThrough)) {
-                    for change in entry.changes where synced.contains(change.type) && change.origin != peer {
+                    let through = arrived[entry.sequence]
+                    for change in entry.changes where synced.contains(change.type) && change.origin != peer && change.origin != through {
                         let key = RecordKey(type: change.type, id: change.id)
                         if seen.insert(key).inserted { keys.append(key) }
                     }
@@ -424,6 +447,7 @@ public final class SyncEngine: Sendable {
         try store.write(author: "sync") { tx in
             if let known {
                 try tx.setMetadata(nil, for: PeerWatermark.key(PeerWatermark.relay(known)))
+                try tx.setMetadata(nil, for: Self.arrivedThroughKey(PeerWatermark.relay(known)))
                 try tx.removeHistoryConsumer("sync:\(PeerWatermark.relay(known))")
             }
             try tx.setMetadata(Array(id.description.utf8), for: key)
@@ -446,6 +470,10 @@ public final class SyncEngine: Sendable {
             watermark.lastSent = store.clock()
             watermark.forgotten = nil
             try watermark.save(in: tx)
+            let arrived = try Self.arrivedThrough(name, in: tx)
+            if arrived.keys.contains(where: { $0 <= watermark.sentThrough }) {
+                try Self.saveArrivedThrough(arrived.filter { $0.key > watermark.sentThrough }, name, in: tx)
+            }
             try tx.registerHistoryConsumer("sync:\(name)", at: HistoryToken(sequence: watermark.sentThrough))
         }
     }
@@ -471,6 +499,32 @@ public final class SyncEngine: Sendable {
         }
     }
 
+    /// The history entries of this store that merged a delta fetched through the relay
+    /// directory whose watermark is named `relay` (see ``apply(_:name:parking:arrivingThrough:)``),
+    /// each with that delta's source, after the relay's sent watermark. Their changes from
+    /// that source are not sent back to that relay, nor pending for it: the source published
+    /// them there, and every reader gets them from its files (a reader joining after they are
+    /// cleaned up, from full snapshots, which hold every record). Sent back, each reader
+    /// republished every change it received, and its status was never up to date after
+    /// receiving. Changes of those records made here, or received from elsewhere, are
+    /// entries of their own and still go. One metadata read; empty for a direct peer.
+    static func arrivedThrough(_ relay: String, in reading: some StoreReading) throws -> [UInt64: RecordID] {
+        guard relay.hasPrefix(PeerWatermark.relaySite), let bytes = try reading.metadata(for: arrivedThroughKey(relay)),
+              let stored = try? JSONDecoder().decode([String: String].self, from: Data(bytes)) else { return [:] }
+        var result: [UInt64: RecordID] = [:]
+        for (sequence, source) in stored {
+            if let sequence = UInt64(sequence), let source = RecordID(string: source) { result[sequence] = source }
+        }
+        return result
+    }
+
+    private static func saveArrivedThrough(_ arrived: [UInt64: RecordID], _ relay: String, in tx: StoreTransaction) throws {
+        let stored = Dictionary(uniqueKeysWithValues: arrived.map { (String($0.key), $0.value.description) })
+        try tx.setMetadata(stored.isEmpty ? nil : Array(try JSONEncoder().encode(stored)), for: arrivedThroughKey(relay))
+    }
+
+    static func arrivedThroughKey(_ relay: String) -> String { "sync.arrivedThrough.\(relay)" }
+
     // MARK: Import
 
     /// Validates a delta, merges it and advances the source's watermark in one write
@@ -486,7 +540,10 @@ public final class SyncEngine: Sendable {
         try apply(data, name: name, parking: true)
     }
 
-    func apply(_ data: Data, name: String, parking: Bool) throws -> ApplyOutcome {
+    /// ``apply(_:name:)``; `parking`: whether a delta that does not fit yet is parked;
+    /// `relay`: the watermark name of the relay directory the delta was fetched through, if
+    /// it was (its changes are then not sent back there: see ``arrivedThrough(_:in:)``).
+    func apply(_ data: Data, name: String, parking: Bool, arrivingThrough relay: String? = nil) throws -> ApplyOutcome {
         guard isEnabled else {
             throw SyncError(.disabled, "sync is off for store \(store.path); it was kept local (turn the preference on and reopen)")
         }
@@ -611,6 +668,13 @@ public final class SyncEngine: Sendable {
             }
             if !skipped.isEmpty { try Self.noteSkipped(skipped, from: delta.source, in: tx) }
             let clashes = try tx.settleUniqueClashes()
+            if let relay, changed > 0 {
+                // Each merge that changed something wrote a change of `delta.source` that this
+                // transaction's history entry holds: the entry after the newest one now.
+                var arrived = try Self.arrivedThrough(relay, in: tx)
+                arrived[try tx.historySequence() + 1] = delta.source
+                try Self.saveArrivedThrough(arrived, relay, in: tx)
+            }
             watermark.receivedThrough = max(watermark.receivedThrough, delta.to)
             watermark.lastReceived = store.clock()
             try watermark.save(in: tx)
@@ -786,6 +850,13 @@ public final class SyncEngine: Sendable {
     /// - Returns: the number of record states sent, and whether they went as a full snapshot.
     @discardableResult
     public func sendChanges(via transport: some SyncTransport) throws -> (entries: Int, fullSnapshot: Bool) {
+        let sent = try send(via: transport)
+        return (sent.entries, sent.fullSnapshot)
+    }
+
+    /// ``sendChanges(via:)``, with the clashes the peer settled while merging what was sent
+    /// (``SyncReport/uniqueClashesAtPeer``).
+    private func send(via transport: some SyncTransport) throws -> (entries: Int, fullSnapshot: Bool, clashesAtPeer: [UniqueClash]) {
         try recordingOutcome(via: transport) {
             guard isEnabled else { throw SyncError(.disabled, "sync is off for store \(store.path); changes stay local") }
             guard try !store.isNewSiteRequested() else {
@@ -797,9 +868,10 @@ public final class SyncEngine: Sendable {
             // A range with nothing for the peer (local-only changes, or changes that came from
             // it) still goes out, empty, so that acknowledging it keeps the peer gap-free and
             // lets history up to it be purged.
-            if !delta.hasNews { return (0, false) }
+            if !delta.hasNews { return (0, false, []) }
+            let clashes: [UniqueClash]
             do {
-                try deliver(delta, via: transport)
+                clashes = try deliver(delta, via: transport)
             } catch let error as SyncError where error.code == .transportFailed && delta.isFullSnapshot {
                 // A full snapshot that does not fit (the relay's quota, a full disk) must not hold
                 // back the changes every other reader waits for: those go, and the request
@@ -811,15 +883,17 @@ public final class SyncEngine: Sendable {
                 throw SyncError(.transportFailed, "the full snapshot due (a reader asked for it, or it replaces the relay's files) did not fit (\(error.message)); the \(changes.entries.count) changes since the last send went out, and the snapshot is tried again at the next send")
             }
             try acknowledge(watermark: name, through: delta.to)
-            return (delta.entries.count, delta.isFullSnapshot)
+            return (delta.entries.count, delta.isFullSnapshot, clashes)
         }
     }
 
     /// Delivers `delta`; a transport that finds this site's history ahead of the store (a
     /// rollback or a clone) makes the store take a new site at its next open.
-    private func deliver(_ delta: Delta, via transport: some SyncTransport) throws {
+    /// - Returns: the clashes the peer settled while merging it, for a transport that says.
+    @discardableResult
+    private func deliver(_ delta: Delta, via transport: some SyncTransport) throws -> [UniqueClash] {
         do {
-            try transport.deliver(delta.encoded(key: key), delta: delta, from: self)
+            return try transport.deliverReportingClashes(delta.encoded(key: key), delta: delta, from: self)
         } catch let error as SyncError where error.code == .siteReused {
             try store.requestNewSite()
             throw error
@@ -846,17 +920,18 @@ public final class SyncEngine: Sendable {
             // and joined with the files after them they would park a new, larger file at every
             // fetch. One by one, each parked one waits, and the files after it stay on the relay.
             let parkedSources = Set(parkedDeltas().compactMap { RecordID(string: String($0.prefix(36))) })
+            let relay = transport.peer == nil ? try transport.watermarkSite(for: self) : nil
             let incoming = try transport.incoming(for: self)
             let runs = Self.joiningRuns(incoming) { run in parkedSources.contains(run[0].source) ? nil : joined(run) }
             for (incoming, members) in runs where !blocked.contains(incoming.source) {
                 if let problem = incoming.problem {
-                    report.refused.append("\(incoming.name): \(problem)")
+                    report.refused.append(Self.refusal(of: incoming.name, problem))
                     blocked.insert(incoming.source)
                     continue
                 }
                 let outcome: ApplyOutcome
                 do {
-                    outcome = try apply(incoming.data, name: incoming.name)
+                    outcome = try apply(incoming.data, name: incoming.name, parking: true, arrivingThrough: relay)
                 } catch let error as SyncError where error.code == .gap {
                     try transport.requestFullSnapshot(from: incoming.source, for: self)
                     blocked.insert(incoming.source)
@@ -866,12 +941,12 @@ public final class SyncEngine: Sendable {
                     // An intact one this library cannot read (`.unreadableDelta`) asks for none:
                     // the snapshot would hold the same, and its source would send one per sync.
                     if error.code == .corruptDelta { try transport.requestFullSnapshot(from: incoming.source, for: self) }
-                    report.refused.append("\(incoming.name): \(error)")
+                    report.refused.append(Self.refusal(of: incoming.name, error.message))
                     blocked.insert(incoming.source)
                     continue
                 } catch let error as StoreError where error.code != .storage && error.code != .corrupted {
                     // What the delta holds (a value of another kind, say): this source only.
-                    report.refused.append("\(incoming.name): \(error)")
+                    report.refused.append(Self.refusal(of: incoming.name, error.message))
                     blocked.insert(incoming.source)
                     continue
                 }
@@ -894,6 +969,13 @@ public final class SyncEngine: Sendable {
             for (incoming, outcome) in consumed { try incoming.consumed(outcome) }
             return report
         }
+    }
+
+    /// One line for ``SyncReport/refused``: `message` when it begins with the delta's `name`
+    /// (a delta's own errors do, and the name says where it came from), else name, then
+    /// message; the name once either way.
+    static func refusal(of name: String, _ message: String) -> String {
+        message.hasPrefix(name) ? message : "\(name): \(message)"
     }
 
     /// The deltas of a fetch in order, each run of consecutive deltas of one source joined
@@ -953,9 +1035,9 @@ public final class SyncEngine: Sendable {
     /// error is thrown after it.
     @discardableResult
     public func sync(via transport: some SyncTransport) throws -> SyncReport {
-        let sent: (entries: Int, fullSnapshot: Bool)
+        let sent: (entries: Int, fullSnapshot: Bool, clashesAtPeer: [UniqueClash])
         do {
-            sent = try sendChanges(via: transport)
+            sent = try send(via: transport)
         } catch let error as SyncError where error.code == .transportFailed {
             _ = try? fetchChanges(via: transport)
             // The fetch recorded its own outcome: the send's failure is the one to show.
@@ -970,6 +1052,7 @@ public final class SyncEngine: Sendable {
         var report = try fetchChanges(via: transport)
         report.sentEntries = sent.entries
         report.sentFullSnapshot = sent.fullSnapshot
+        report.uniqueClashesAtPeer = sent.clashesAtPeer
         return report
     }
 
@@ -1075,13 +1158,15 @@ public final class SyncEngine: Sendable {
         return try store.read { snapshot in
             let synced = Set(snapshot.schema.types.filter { !$0.localOnly }.map(\.name))
             let watermark = try PeerWatermark.load(site, in: snapshot)
+            let arrived = try arrivedThrough(site, in: snapshot)
             let bounds = try snapshot.historyBounds()
             var pending = 0
             if watermark.sentThrough < bounds.purgedThrough.sequence {
                 pending = try synced.reduce(0) { $0 + (try snapshot.count(typeNamed: $1)) }
             } else {
                 for entry in try snapshot.history(after: HistoryToken(sequence: watermark.sentThrough)) {
-                    pending += entry.changes.filter { synced.contains($0.type) && $0.origin != peer }.count
+                    let through = arrived[entry.sequence]
+                    pending += entry.changes.filter { synced.contains($0.type) && $0.origin != peer && $0.origin != through }.count
                 }
             }
             let outcome = try lastOutcome(in: snapshot, of: outcomeOf)

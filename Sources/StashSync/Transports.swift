@@ -12,6 +12,12 @@ public protocol SyncTransport: Sendable {
     var peer: RecordID? { get }
     /// Delivers one delta durably, or throws.
     func deliver(_ data: Data, delta: Delta, from engine: SyncEngine) throws
+    /// Delivers one delta as ``deliver(_:delta:from:)`` does, and returns the records the
+    /// peer deleted while merging it to settle unique-index clashes (``UniqueClash``), for
+    /// the sender's ``SyncReport/uniqueClashesAtPeer``. A transport whose peer merges later
+    /// (a shared medium) returns none: the peer reports them in its own fetch. Default:
+    /// ``deliver(_:delta:from:)``, and none.
+    func deliverReportingClashes(_ data: Data, delta: Delta, from engine: SyncEngine) throws -> [UniqueClash]
     /// The deltas waiting for `engine`, in the order to apply them.
     func incoming(for engine: SyncEngine) throws -> [IncomingDelta]
     /// True when a reader asked `engine` for a full snapshot (it found a gap).
@@ -27,11 +33,18 @@ public protocol SyncTransport: Sendable {
 
 extension SyncTransport {
     public func watermarkSite(for engine: SyncEngine) throws -> String { peer?.description ?? PeerWatermark.relaySite }
+
+    public func deliverReportingClashes(_ data: Data, delta: Delta, from engine: SyncEngine) throws -> [UniqueClash] {
+        try deliver(data, delta: delta, from: engine)
+        return []
+    }
 }
 
 /// One delta offered by a transport, with what to do once it is applied.
 public struct IncomingDelta: Sendable {
-    /// A name for messages and ``SyncReport`` (a relay file's name, `"delta from <site>"`).
+    /// A name for messages and ``SyncReport`` that says where the delta came from: a relay
+    /// file's path, `"delta from <site> (store <path>)"` for a direct peer's. Errors about the
+    /// delta begin with it.
     public let name: String
     /// The site that exported the delta; a refused or parked delta holds back this source's
     /// later ones in the same fetch.
@@ -85,19 +98,32 @@ public struct DirectTransport: SyncTransport {
 
     public var peer: RecordID? { other.site }
 
-    /// Applies the delta in the other store. A parked outcome counts as delivered: the other
-    /// store keeps the delta and applies it once its schema catches up.
+    /// Applies the delta in the other store (see ``deliverReportingClashes(_:delta:from:)``).
+    public func deliver(_ data: Data, delta: Delta, from engine: SyncEngine) throws {
+        _ = try deliverReportingClashes(data, delta: delta, from: engine)
+    }
+
+    /// Applies the delta in the other store, and returns the records the other store deleted
+    /// to settle the unique-index clashes the merge made there: that store settles them inside
+    /// this call, and reports them nowhere else. A parked outcome counts as delivered: the
+    /// other store keeps the delta and applies it once its schema catches up.
     /// - Throws: `.gap` when the other store lacks changes before the delta; the next delivery
     ///   is then a full snapshot.
-    public func deliver(_ data: Data, delta: Delta, from engine: SyncEngine) throws {
+    public func deliverReportingClashes(_ data: Data, delta: Delta, from engine: SyncEngine) throws -> [UniqueClash] {
+        let outcome: ApplyOutcome
         do {
-            _ = try other.apply(data, name: "delta from \(engine.site)")
+            outcome = try other.apply(data, name: Self.name(of: engine))
         } catch let error as SyncError where error.code == .gap {
             try requestFullSnapshot(from: engine.site, for: other)
             throw error
         }
         if delta.isFullSnapshot { try Self.clearRequest(from: engine.site, in: other) }
+        guard case .applied(_, _, let clashes) = outcome else { return [] }
+        return clashes
     }
+
+    /// How a delta from `engine`'s store is named in messages: its site and its store.
+    static func name(of engine: SyncEngine) -> String { "delta from \(engine.site) (store \(engine.store.path))" }
 
     /// The other store's changes that `engine` has not received, as one delta (a full
     /// snapshot when `engine` asked for one; none when there is nothing); the other store
@@ -111,7 +137,7 @@ public struct DirectTransport: SyncTransport {
         let delta = try other.makeDelta(for: engine.site, fullSnapshot: requested)
         if !delta.hasNews { return [] }
         let other = self.other
-        return [IncomingDelta(name: "delta from \(other.site)", source: other.site, data: delta.encoded(key: other.key)) { _ in
+        return [IncomingDelta(name: Self.name(of: other), source: other.site, data: delta.encoded(key: other.key)) { _ in
             try other.acknowledge(peer: engine.site, through: delta.to)
             if delta.isFullSnapshot { try Self.clearRequest(from: other.site, in: engine) }
         }]
@@ -382,14 +408,16 @@ public struct RelayTransport: SyncTransport {
                     data = try Data(contentsOf: file.url)
                 } catch {
                     if FileManager.default.fileExists(atPath: file.url.path) {
-                        result.append(IncomingDelta(name: file.url.lastPathComponent, source: source,
-                                                    unreadable: "cannot read \(file.url.path): \(error.localizedDescription); it is read again at the next fetch"))
+                        result.append(IncomingDelta(name: file.url.path, source: source,
+                                                    unreadable: "cannot read it: \(error.localizedDescription); it is read again at the next fetch"))
                     }
                     break
                 }
                 let ackDirectory = sourceFolder.appendingPathComponent("acks")
                 let to = file.to
-                result.append(IncomingDelta(name: file.url.lastPathComponent, source: source, data: data) { outcome in
+                // Named by its path: the relay directory and the source's folder say where it
+                // came from, in every message about it.
+                result.append(IncomingDelta(name: file.url.path, source: source, data: data) { outcome in
                     if case .parked = outcome { return }
                     try AtomicFile.write(Data(String(to).utf8), to: ackDirectory.appendingPathComponent(myself))
                 })

@@ -1559,6 +1559,85 @@ import StashTestSupport
         #expect(try reader.store.get(Note.self, id: note.id) != nil)
     }
 
+    /// A refused delta is named once, with where it came from: a relay file by its path (the
+    /// relay directory and the source's folder), a direct peer's delta by the peer's site and
+    /// store. Before, the name came twice and nothing said which relay or store:
+    /// `00…1-00…1.delta: 00…1-00…1.delta has a wrong HMAC: …`.
+    @Test func aRefusalNamesTheDeltaOnceAndWhereItCameFrom() throws {
+        let dir = TemporaryDirectory()
+        let (relayURL, relay) = try makeRelay(dir)
+        let key = try SyncKey([UInt8](repeating: 1, count: 16)), otherKey = try SyncKey([UInt8](repeating: 2, count: 16))
+        let a = try Device.open(dir.sub("a"), family: family, key: key)
+        let b = try Device.open(dir.sub("b"), family: family, key: otherKey)
+        try b.store.insert(Note(title: "from b", body: ""))
+        try b.engine.sync(via: relay)
+        let folder = relayURL.appendingPathComponent(b.engine.site.description)
+        let file = try #require(try FileManager.default.contentsOfDirectory(atPath: folder.path).first { $0.hasSuffix(".delta") })
+        let report = try a.engine.fetchChanges(via: relay)
+        try #require(report.refused.count == 1, "\(report)")
+        let line = report.refused[0]
+        #expect(line.components(separatedBy: file).count == 2, "named once: \(line)")
+        #expect(line.hasPrefix(folder.appendingPathComponent(file).path + " has a wrong HMAC"), "\(line)")
+
+        let stranger = try Device.open(dir.sub("stranger"), family: RecordID(), key: key)
+        try stranger.store.insert(Note(title: "from another family", body: ""))
+        let direct = try a.engine.fetchChanges(via: DirectTransport(to: stranger.engine))
+        try #require(direct.refused.count == 1, "\(direct)")
+        let refusal = direct.refused[0]
+        #expect(refusal.components(separatedBy: stranger.engine.site.description).count == 2, "named once: \(refusal)")
+        #expect(refusal.hasPrefix("delta from \(stranger.engine.site) (store \(stranger.store.path)) comes from sync family"), "\(refusal)")
+    }
+
+    /// A store that receives a change through a relay does not send it back to that relay:
+    /// its source published it there, and a reader joining after the source's files are
+    /// cleaned up gets it in a full snapshot. Before, every reader sent back what it received
+    /// (the same states in one more file per reader and change), and its status said
+    /// "1 changes pending" right after the sync that received it. What arrives from a direct
+    /// peer, and local edits of records that came through the relay, still go to the relay.
+    @Test func whatArrivesThroughARelayIsNotSentBackToIt() throws {
+        let dir = TemporaryDirectory()
+        let (_, relay) = try makeRelay(dir)
+        let a = try Device.open(dir.sub("a"), family: family)
+        let c = try Device.open(dir.sub("c"), family: family)
+        try a.store.insert(Note(title: "from a", body: ""))
+        try a.engine.sync(via: relay)
+        try c.engine.sync(via: relay)
+        let fromC = Note(title: "from c", body: "")
+        try c.store.insert(fromC)
+        try c.engine.sync(via: relay)
+        let received = try a.engine.sync(via: relay)
+        #expect(received.changedHere == 1, "\(received)")
+        let status = try a.engine.status(via: relay)
+        #expect(status.isUpToDate && status.pendingOutgoing == 0, "\(status)")
+        let storeStatus = try a.engine.status()
+        #expect(storeStatus.isUpToDate, "\(storeStatus)")
+        let next = try a.engine.sync(via: relay)
+        #expect(next.sentEntries == 0, "\(next)")
+        let atC = try c.engine.sync(via: relay)
+        #expect(atC.receivedEntries == 0 && atC.changedHere == 0, "\(atC)")
+
+        // From a direct peer: relayed. A local edit of C's note: sent.
+        let b = try Device.open(dir.sub("b"), family: family)
+        try b.store.insert(Note(title: "from b", body: ""))
+        try b.sync(with: a)
+        try a.store.update(Note.self, id: fromC.id) { $0.body = "edited on a" }
+        #expect(try a.engine.status(via: relay).pendingOutgoing == 2)
+        #expect(try a.engine.sync(via: relay).sentEntries == 2)
+        #expect(try c.engine.sync(via: relay).changedHere == 2)
+        #expect(try c.store.get(Note.self, id: fromC.id)?.body == "edited on a")
+        #expect(try canonicalDump(a.store) == canonicalDump(c.store))
+
+        // A reader joining now, after the files it would need were read by all and cleaned
+        // up, still gets everything.
+        let d = try Device.open(dir.sub("d"), family: family)
+        try d.engine.sync(via: relay)
+        try a.engine.sync(via: relay)
+        try c.engine.sync(via: relay)
+        try d.engine.sync(via: relay)
+        #expect(try canonicalDump(d.store) == canonicalDump(a.store))
+        #expect(try d.store.count(Note.self) == 3)
+    }
+
     /// A delta that cannot be applied (here a damaged relay file) holds back its own source
     /// only: the other sources' deltas are applied, the report and the status say what was
     /// refused and why. Before, the error ended the fetch, and sources sorted after the bad

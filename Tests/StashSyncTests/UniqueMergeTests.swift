@@ -146,6 +146,28 @@ struct Document: Record, Equatable {
         #expect(quiet.uniqueClashes.isEmpty && quiet.changedHere == 1, "\(quiet)")
     }
 
+    /// Over `DirectTransport` the store that receives a send settles the clash inside the
+    /// sender's `sync(via:)`: that call reports it (`uniqueClashesAtPeer`), whichever store's
+    /// record lost. Before, the receiver's outcome was dropped and the clash reached nobody:
+    /// the sender then fetched the settling delete as an ordinary one.
+    @Test(arguments: [true, false])
+    func aClashSettledByTheReceiverOfADirectSendIsReportedToTheSender(senderHoldsTheSmallerID: Bool) throws {
+        let dir = TemporaryDirectory()
+        let (a, b) = try twoDevices(dir)
+        let ids = orderedIDs()
+        let (onA, onB) = senderHoldsTheSmallerID ? (ids.small, ids.large) : (ids.large, ids.small)
+        try a.store.insert(UserProfile(id: onA, kind: "admin", displayName: "on A"))
+        try b.store.insert(UserProfile(id: onB, kind: "admin", displayName: "on B"))
+        let expected = UniqueClash(type: "UserProfile", removed: ids.large, kept: ids.small, index: "kind")
+        let report = try a.engine.sync(via: DirectTransport(to: b.engine))
+        #expect(report.description.contains("the peer deleted for a unique value another record holds: \(expected)"), "\(report)")
+        #expect(report.uniqueClashesAtPeer == [expected], "\(report)")
+        #expect(report.uniqueClashes.isEmpty, "nothing was deleted in A by this sync's fetch: \(report)")
+        let back = try b.engine.sync(via: DirectTransport(to: a.engine))
+        #expect(back.uniqueClashes.isEmpty && back.uniqueClashesAtPeer.isEmpty, "reported once: \(back)")
+        try expectConverged([a, b], profiles: [ids.small: "admin"])
+    }
+
     /// A record deleted on purpose and replaced by a new one with the same unique value is no
     /// clash: the other store receives a delete and an insert, and reports nothing (a first
     /// attempt at telling the losing side of a clash reported exactly this as one).
