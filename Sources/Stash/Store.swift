@@ -10,7 +10,10 @@ public struct StoreOptions: Sendable {
     public var durability: Durability = .full
     /// The first LMDB map size; it grows by itself. Default 64 MiB.
     public var initialMapSize: Int = 64 << 20
-    /// Concurrent readers across processes. Default 126.
+    /// Concurrent readers across processes. Default 126. A read that finds every reader slot
+    /// taken throws ``StoreError`` (`.storage`, `MDB_READERS_FULL`) at once; it does not wait
+    /// for a slot. Each process also keeps up to `min(8, maxReaders / 8)` idle slots (at
+    /// least one) for its next reads.
     public var maxReaders: Int = 126
     /// Whether opening removes the stored indexes of a declared type that its declaration no
     /// longer lists. Default false: an undeclared index stays, and every writer keeps it

@@ -338,7 +338,7 @@ public final class Environment: @unchecked Sendable {
             if rc == MDB_READERS_FULL, clearStaleReaders() > 0 { continue }
             pool.give(handle)
             throw LMDBError(code: .init(rawValue: rc), operation: "begin read transaction", path: path,
-                            detail: rc == MDB_READERS_FULL ? "every reader slot is taken (by reads open now, and up to 8 idle ones kept by each process of this directory): raise maxReaders or end long-lived reads" : nil)
+                            detail: rc == MDB_READERS_FULL ? "all \(configuration.maxReaders) reader slots (maxReaders) are taken, by reads open now and by the idle ones each process of this directory keeps (up to \(pool.capacity) here: min(8, maxReaders / 8)); raise maxReaders (EnvironmentConfiguration.maxReaders; StoreOptions.maxReaders through a Store) or end long-lived reads" : nil)
         }
     }
 
@@ -922,7 +922,8 @@ final class ReaderPool: @unchecked Sendable {
     private let lock = NSLock()
     /// Under `lock` only: no runtime exclusivity check.
     @exclusivity(unchecked) private var idle: [TransactionHandle] = []
-    private let capacity: Int
+    /// How many idle handles (each keeping its reader slot) the pool keeps at most.
+    let capacity: Int
 
     init(capacity: Int) {
         self.capacity = capacity

@@ -4,6 +4,38 @@ import Testing
 import StashTestSupport
 
 @Suite struct ReaderConcurrencyTests {
+    /// A read that finds every reader slot taken says how many there are and how many idle
+    /// ones this process keeps (it said "up to 8" whatever maxReaders was).
+    @Test func aFullReaderTableIsReportedWithItsSize() throws {
+        let dir = TemporaryDirectory()
+        var config = EnvironmentConfiguration(databases: [DatabaseSpec("main")], durability: .none)
+        config.maxReaders = 4
+        let env = try Environment.open(path: dir.path, configuration: config)
+        let holding = DispatchSemaphore(value: 0)
+        let release = DispatchSemaphore(value: 0)
+        let failures = Failures()
+        let done = DispatchGroup()
+        for _ in 0..<4 {
+            done.enter()
+            Thread {
+                do { try env.read { _ in holding.signal(); release.wait() } } catch { failures.add("holder: \(error)"); holding.signal() }
+                done.leave()
+            }.start()
+        }
+        for _ in 0..<4 { holding.wait() }
+        let error = #expect(throws: LMDBError.self) { try env.read { _ in } }
+        for _ in 0..<4 { release.signal() }
+        done.wait()
+        #expect(failures.all.isEmpty, "\(failures.all)")
+        #expect(error?.code == .readersFull)
+        let message = "\(error.map { "\($0)" } ?? "")"
+        #expect(message.contains("all 4 reader slots"), "\(message)")
+        #expect(message.contains("up to 1 here"), "\(message)")
+        #expect(message.contains("StoreOptions.maxReaders"), "\(message)")
+        // Once the reads end, reading works again.
+        #expect(throws: Never.self) { try env.read { _ in } }
+    }
+
     /// One writer commits generations: every key of a generation gets the same value and the
     /// `generation` key names it. Readers on other threads must always see one whole
     /// generation (a consistent snapshot), and never an older one than they saw before.
