@@ -295,6 +295,21 @@ public final class Store: Sendable {
     /// The call returns once its changes are durable (at the store's ``Durability``).
     /// The closure of a caller isolated to an actor (`@MainActor` code, an actor's method)
     /// runs on the caller's thread, alone in its transaction, never in another writer's group.
+    ///
+    /// A grouped closure runs inside the leading writer's task (or on a thread outside any
+    /// task, such as a background sync's), not its caller's: what it asks of the current
+    /// task is that writer's. `@TaskLocal` values (a request id, logging or tracing
+    /// metadata) read inside `body` may be another request's, and `Task.isCancelled` or
+    /// `Task.checkCancellation()` there sees the leader's cancellation, not the caller's: a
+    /// cancelled caller's changes may commit, and a live caller's write may throw
+    /// `CancellationError`. Read task-local values and check cancellation before calling
+    /// `write`, and use the captured values inside `body`:
+    /// ```swift
+    /// let user = RequestContext.user          // a @TaskLocal, read in the caller's task
+    /// try Task.checkCancellation()
+    /// try store.write(author: user) { tx in try tx.insert(Audit(user: user)) }
+    /// ```
+    /// The closure of an actor-isolated caller runs in its caller's task.
     /// - Parameters:
     ///   - author: recorded in the history entry (like Core Data's transaction author).
     ///   - isolation: the caller's actor, filled in by the compiler.
@@ -321,6 +336,10 @@ public final class Store: Sendable {
     }
 
     /// Runs `body` on a consistent read-only snapshot of the store.
+    ///
+    /// Keep writes out of `body`: a write started inside a read works until the map must grow,
+    /// and then throws ``StoreError`` (`.storage`, `MDB_MAP_FULL`) instead of growing it, since
+    /// the growth waits for every transaction of the process to end, this read included.
     public func read<R>(_ body: (StoreSnapshot) throws -> R) throws -> R {
         try storageErrors(path) {
             try env.read { txn in try body(StoreSnapshot(store: self, txn: txn, catalog: try catalog(for: txn))) }

@@ -359,8 +359,10 @@ public final class Environment: @unchecked Sendable {
     /// nested transaction of its own (so every closure of that group runs twice). Every caller
     /// returns once the commit holding its changes is durable. A lone writer runs in a plain
     /// transaction, exactly as without grouping. The closure may therefore run on another
-    /// writer's thread while its caller waits; it must not rely on thread-local state. The
-    /// write of a caller isolated to an actor is the exception (see `isolation`).
+    /// writer's thread while its caller waits; it must not rely on thread-local state, nor on
+    /// the current task's (`@TaskLocal` values, `Task.isCancelled`): there it is the leading
+    /// writer's task. The write of a caller isolated to an actor is the exception (see
+    /// `isolation`).
     ///
     /// A map-full condition is handled here (the map grows and `body` runs again), and a
     /// group runs again when one of its closures throws, so `body` must only change the store.

@@ -174,3 +174,70 @@ import StashTestSupport
         #expect(report.isClean, "\(report)")
     }
 }
+
+/// What a write closure sees of the current task. A grouped closure runs in the leading
+/// writer's task (see ``Store/write(author:isolation:_:)``); the way the documentation gives
+/// around it, a write from an actor, must keep the caller's own task-local values and
+/// cancellation while nonisolated writers group around it.
+@Suite struct WriteClosureTaskTests {
+    enum RequestContext { @TaskLocal static var request = "none" }
+
+    actor Service {
+        let store: Store
+        init(store: Store) { self.store = store }
+        /// Inserts a home and returns what the closure saw of its task.
+        func insert(_ name: String) throws -> (request: String, cancelled: Bool) {
+            try store.write(author: name) { tx in
+                try tx.insert(Home(name: name))
+                return (RequestContext.request, Task.isCancelled)
+            }
+        }
+    }
+
+    @Test func anActorIsolatedWriteClosureSeesItsCallersTaskWhileOthersGroup() async throws {
+        let dir = TemporaryDirectory()
+        let store = try Store.open(at: dir.path, types: [Home.self, Item.self])
+        let service = Service(store: store)
+        let home = Home(name: "shared")
+        try store.insert(home)
+        let rounds = 25
+        let wrong = try await withThrowingTaskGroup(of: [String].self) { group in
+            // Nonisolated writers: they group, and lead groups, on the concurrency pool.
+            for t in 0..<6 {
+                group.addTask {
+                    try await RequestContext.$request.withValue("grouped \(t)") {
+                        for k in 0..<rounds {
+                            try store.write { tx in
+                                try tx.insert(Item(homeID: home.id, name: "\(t)-\(k)", category: "c", wearCount: k, price: 1))
+                            }
+                            await Task.yield()
+                        }
+                    }
+                    return []
+                }
+            }
+            for t in 0..<6 {
+                group.addTask {
+                    let cancelled = t % 2 == 0
+                    if cancelled { withUnsafeCurrentTask { $0?.cancel() } }
+                    return try await RequestContext.$request.withValue("actor \(t)") {
+                        var wrong: [String] = []
+                        for k in 0..<rounds {
+                            let seen = try await service.insert("actor \(t) \(k)")
+                            if seen.request != "actor \(t)" { wrong.append("actor \(t) write \(k) saw task-local '\(seen.request)'") }
+                            if seen.cancelled != cancelled { wrong.append("actor \(t) write \(k) saw isCancelled \(seen.cancelled)") }
+                        }
+                        return wrong
+                    }
+                }
+            }
+            var all: [String] = []
+            for try await part in group { all += part }
+            return all
+        }
+        #expect(wrong.isEmpty, "\(wrong.prefix(5))")
+        #expect(try store.count(Item.self) == 6 * rounds)
+        #expect(try store.count(Home.self) == 1 + 6 * rounds)
+        #expect(try store.verify().isClean)
+    }
+}
