@@ -21,7 +21,13 @@ import Foundation
 ///
 /// The observer polls the newest sequence number (one short read transaction per poll, by
 /// default every 10 ms), so delivery latency is the poll interval plus the read, well under
-/// 50 ms, and the same for commits of other processes. Reading is pull-based: a slow
+/// 50 ms, and the same for commits of other processes, as long as the iterating task gets a
+/// thread. It polls and resumes on Swift's concurrency pool (one thread per core), and
+/// ``Store/write(author:isolation:_:)`` blocks its calling thread until the commit is
+/// durable: many tasks writing at once hold the pool's threads, and the observer waits its
+/// turn (20 tasks inserting on 2 cores: a median of about 400 ms; the same writes on threads
+/// of their own: under 15 ms). Keep bulk writers off the pool, or few, when delivery must be
+/// prompt. Reading is pull-based: a slow
 /// consumer never blocks writers; it simply reads more entries at its next step. If history
 /// the observer has not read yet is purged, iteration throws `.historyPurged`.
 public struct HistoryObservation: AsyncSequence, Sendable {
