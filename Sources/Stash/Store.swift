@@ -460,9 +460,9 @@ func storageErrors<R>(_ path: String, _ body: () throws -> R) throws -> R {
         case .nestedWrite:
             throw StoreError(.nestedWrite, "store \(path): a nested write (started inside another write on this thread, it would wait for itself); do the work in the outer write's transaction", underlying: error)
         case .keyTooLong:
-            throw StoreError(.invalidValue, "store \(path): \(error)", underlying: error)
+            throw StoreError(.invalidValue, "store \(path): \(error.message(naming: error.path != path))", underlying: error)
         default:
-            throw StoreError(.storage, "store \(path): \(error)", underlying: error)
+            throw StoreError(.storage, "store \(path): \(error.message(naming: error.path != path))", underlying: error)
         }
     }
 }

@@ -93,7 +93,7 @@ extension FeatureGate {
         var account = try ensureAccount(in: tx)
         if try tx.get(CreditOperation.self, id: operation) != nil { return .alreadySpent(remaining: account.balance) }
         guard account.credits.value > 0 else {
-            throw GateError(.insufficientCredits, "gate: no credits left for operation '\(operationID)' (user \(configuration.userID))")
+            throw GateError(.insufficientCredits, "gate: no credits left for operation '\(operationID)' (user \(configuration.userID), store \(store.path)); nothing was spent: show the paywall, or grant credits (grantCredits(_:grantID:in:), from a purchase)")
         }
         account.credits.add(-1, site: tx.siteID)
         try tx.update(account)

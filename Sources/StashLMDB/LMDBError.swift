@@ -95,8 +95,13 @@ public struct LMDBError: Error, CustomStringConvertible, Sendable {
         self.detail = detail
     }
 
-    public var description: String {
-        var text = "LMDB \(operation) in \(path): \(code) (\(code.rawValue))"
+    public var description: String { message(naming: true) }
+
+    /// The description, without the directory when `naming` is false (for a message that
+    /// names it already, such as a store's: "store /a: LMDB write in /a: …" said it twice).
+    public func message(naming: Bool) -> String {
+        var text = naming ? "LMDB \(operation) in \(path): " : "LMDB \(operation): "
+        text += "\(code) (\(code.rawValue))"
         if let detail { text += "; \(detail)" }
         return text
     }

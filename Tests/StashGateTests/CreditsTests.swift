@@ -76,6 +76,9 @@ import Testing
         #expect(try f.gate.spendCredit(operationID: "gen-3") == .spent(remaining: 0))
         let error = #expect(throws: GateError.self) { try f.gate.spendCredit(operationID: "gen-4") }
         #expect(error?.code == .insufficientCredits)
+        // It names the store and says what to do (it named the operation and user only).
+        #expect(error?.message.contains("store \(f.store.path)") == true && error?.message.contains("grantCredits") == true,
+                "\(String(describing: error))")
         #expect(f.gate.credits() == 0)
         // A spend that fails rolls back the work it was paying for.
         #expect(throws: GateError.self) {
