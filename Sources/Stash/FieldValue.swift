@@ -420,8 +420,7 @@ package func describe(_ error: any Error, in json: Data? = nil) -> String {
     case let e as EncodingError:
         switch e {
         case .invalidValue(_, let c):
-            let path = c.codingPath.map(\.stringValue).joined(separator: ".")
-            return path.isEmpty ? c.debugDescription : "\(c.debugDescription) (at '\(path)')"
+            return c.codingPath.isEmpty ? c.debugDescription : "\(c.debugDescription) (at '\(codingPathText(c.codingPath))')"
         @unknown default: return "\(e)"
         }
     case let e as StoreError: return e.message
