@@ -42,7 +42,7 @@ let package = Package(
         ),
         // Helpers shared by the test targets (temporary directories, seeded randomness,
         // threads, running the `stash` tool). Not a product.
-        .target(name: "StashTestSupport", path: "Tests/StashTestSupport"),
+        .target(name: "StashTestSupport", dependencies: ["StashLMDB"], path: "Tests/StashTestSupport"),
         .testTarget(name: "StashLMDBTests", dependencies: ["StashLMDB", "StashTestSupport"]),
         .testTarget(name: "StashTests", dependencies: ["Stash", "StashLMDB", "StashTestSupport"]),
         .testTarget(name: "StashSyncTests", dependencies: ["StashSync", "Stash", "StashLMDB", "StashTestSupport",

@@ -161,18 +161,7 @@ struct Creme: Record, Equatable {
     /// Replaces the versions entry of record `id` in the store at `path` with `value`, or
     /// deletes it (nil), behind the store's back: a damaged store.
     static func replaceVersions(of id: RecordID, in path: String, with value: [UInt8]?) throws {
-        let env = try Environment.open(path: path)
-        let versions = try env.database("versions")
-        let idBytes = id.bytes
-        try env.write { txn in
-            var found: [UInt8]?
-            try txn.scan(versions, from: ScanStart<[UInt8]>.first) { key, _ in
-                if key.suffix(16).elementsEqual(idBytes) { found = key; return false }
-                return true
-            }
-            let key = try #require(found, "no versions entry for \(id)")
-            if let value { try txn.put(versions, key: key, value: value) } else { try txn.delete(versions, key: key) }
-        }
+        try StoredEntries.replace("versions", keyEndingWith: id.bytes, at: path, with: value)
     }
 
     /// `delta` with entry `index`'s title replaced by a marker, encoded, and where the marker's

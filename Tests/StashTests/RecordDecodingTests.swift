@@ -386,15 +386,7 @@ private struct Rereads: Record, Equatable {
 
 /// The key and bytes of record `id` in `env`'s records table.
 func storedRecord(_ id: RecordID, in env: Environment) throws -> (key: [UInt8], value: [UInt8]) {
-    let records = try env.database("records")
-    var found: ([UInt8], [UInt8])?
-    try env.read { txn in
-        try txn.scan(records, from: ScanStart<[UInt8]>.first) { key, value in
-            if key.suffix(16).elementsEqual(id.bytes) { found = (key, value); return false }
-            return true
-        }
-    }
-    return try #require(found)
+    try StoredEntries.find("records", keyEndingWith: id.bytes, in: env)
 }
 
 /// Stores `bytes` under `key` in `env`'s records table, underneath the store.

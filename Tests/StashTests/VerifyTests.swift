@@ -156,17 +156,7 @@ import StashTestSupport
     /// Deletes the versions entry of record `id` behind the store's back, through the store's
     /// environment (one per path): a damaged store that keeps a record without versions.
     static func dropVersions(of id: RecordID, in path: String) throws {
-        let env = try Environment.open(path: path)
-        let versions = try env.database("versions")
-        let victim = bytes(id)
-        try env.write { txn in
-            var key: [UInt8]?
-            try txn.scan(versions, from: ScanStart<[UInt8]>.first) { k, _ in
-                if k.suffix(16).elementsEqual(victim) { key = k; return false }
-                return true
-            }
-            #expect(try txn.delete(versions, key: try #require(key)))
-        }
+        try StoredEntries.replace("versions", keyEndingWith: bytes(id), at: path, with: nil)
     }
 
     /// A merge looks for the id's versions only, as an insert does. A remote state of a record
