@@ -290,26 +290,13 @@ public final class Store: Sendable {
     /// `body` may run more than once (when the map grows, or when another write of its group
     /// commit throws), so it must only change the store. Writes from several threads are
     /// serialized, and those that queue behind a commit are committed together (group
-    /// commit): `body` then runs in the group's transaction, possibly on another writer's
-    /// thread, sees the writes before it in the group, and rolls back alone when it throws.
-    /// The call returns once its changes are durable (at the store's ``Durability``).
-    /// The closure of a caller isolated to an actor (`@MainActor` code, an actor's method)
-    /// runs on the caller's thread, alone in its transaction, never in another writer's group.
-    ///
-    /// A grouped closure runs inside the leading writer's task (or on a thread outside any
-    /// task, such as a background sync's), not its caller's: what it asks of the current
-    /// task is that writer's. `@TaskLocal` values (a request id, logging or tracing
-    /// metadata) read inside `body` may be another request's, and `Task.isCancelled` or
-    /// `Task.checkCancellation()` there sees the leader's cancellation, not the caller's: a
-    /// cancelled caller's changes may commit, and a live caller's write may throw
-    /// `CancellationError`. Read task-local values and check cancellation before calling
-    /// `write`, and use the captured values inside `body`:
-    /// ```swift
-    /// let user = RequestContext.user          // a @TaskLocal, read in the caller's task
-    /// try Task.checkCancellation()
-    /// try store.write(author: user) { tx in try tx.insert(Audit(user: user)) }
-    /// ```
-    /// The closure of an actor-isolated caller runs in its caller's task.
+    /// commit): `body` then runs in the group's transaction, sees the writes before it in the
+    /// group, and rolls back alone when it throws. It still runs in its caller's task, so
+    /// `@TaskLocal` values, `Task.isCancelled` and `Task.checkCancellation()` inside it are
+    /// the caller's, and an actor-isolated closure runs on its actor. (A caller outside any
+    /// task, a plain `Thread` or a Dispatch queue, may have its closure run on another
+    /// writer's thread: it must not rely on thread-local state.) The call returns once its
+    /// changes are durable (at the store's ``Durability``).
     /// - Parameters:
     ///   - author: recorded in the history entry (like Core Data's transaction author).
     ///   - isolation: the caller's actor, filled in by the compiler.

@@ -358,20 +358,22 @@ public final class Environment: @unchecked Sendable {
     /// rolls back only its own changes: the group then runs again with each closure in a
     /// nested transaction of its own (so every closure of that group runs twice). Every caller
     /// returns once the commit holding its changes is durable. A lone writer runs in a plain
-    /// transaction, exactly as without grouping. The closure may therefore run on another
-    /// writer's thread while its caller waits; it must not rely on thread-local state, nor on
-    /// the current task's (`@TaskLocal` values, `Task.isCancelled`): there it is the leading
-    /// writer's task. The write of a caller isolated to an actor is the exception (see
-    /// `isolation`).
+    /// transaction, exactly as without grouping. A closure always runs in its caller's task
+    /// (`@TaskLocal` values and cancellation are the caller's) and on its caller's actor:
+    /// the leading writer holds the transaction and hands it to such a caller's thread for
+    /// its closure (one thread switch per grouped write). A caller outside any task and
+    /// actor (a plain `Thread`, a Dispatch queue) may have its closure run on the leading
+    /// writer's thread instead, which saves that switch: such a closure must not rely on
+    /// thread-local state.
     ///
     /// A map-full condition is handled here (the map grows and `body` runs again), and a
     /// group runs again when one of its closures throws, so `body` must only change the store.
     /// A write started inside a write closure throws ``LMDBError/Code/nestedWrite`` instead of
     /// deadlocking.
-    /// - Parameter isolation: the caller's actor (filled in by the compiler). The closure of a
-    ///   caller isolated to an actor (`@MainActor` code, an actor's method) runs on the
-    ///   caller's own thread, alone in its transaction: run by another writer's thread it ran
-    ///   off its actor (UI code off the main thread, `assumeIsolated` trapping).
+    /// - Parameter isolation: the caller's actor (filled in by the compiler). A caller
+    ///   isolated to an actor (`@MainActor` code, an actor's method) never leads other
+    ///   writers' group: its thread (the main thread, say) waits for other writers' closures
+    ///   only when it queued behind them.
     public func write<R>(isolation: isolated (any Actor)? = #isolation, _ body: (WriteTransaction) throws -> R) throws -> R {
         if isReadOnly {
             throw LMDBError(code: .readOnly, operation: "write", path: path,
@@ -380,7 +382,20 @@ public final class Environment: @unchecked Sendable {
         try writer.refuseNested(path: path)
         return try withoutActuallyEscaping(body) { body in
             var result: R?
-            let request = PendingWrite(thread: currentThreadID(), pinned: isolation != nil) { txn in result = try body(txn) }
+            let inTask = withUnsafeCurrentTask { $0 != nil }
+            let request = PendingWrite(thread: currentThreadID(), pinned: isolation != nil, ownThread: inTask) { [writer, gate] txn in
+                // On the thread of this caller or of the leader, while the leader holds the
+                // transaction: a write started in `body` must be refused as nested, and a read
+                // begun in it must not wait for a resize (which waits for the leader's
+                // transaction).
+                writer.runClosure()
+                gate.enter(joining: true)
+                defer {
+                    gate.leave()
+                    writer.closureEnded()
+                }
+                result = try body(txn)
+            }
             queue.submit(request) { batch in commitGroup(batch) }
             if let error = request.error { throw error }
             guard let result else {
@@ -451,7 +466,12 @@ public final class Environment: @unchecked Sendable {
                 return
             }
             do {
-                try request.body(WriteTransaction(handle: handle, path: path))
+                var thrown: (any Error)?
+                queue.runInTurn([request]) { request in
+                    do { try request.body(WriteTransaction(handle: handle, path: path)) } catch { thrown = error }
+                    return true
+                }
+                if let thrown { throw thrown }
                 if handle.sawMapFull { throw LMDBError(code: .mapFull, operation: "write", path: path) }
                 if try commit(handle) {
                     request.error = nil
@@ -518,9 +538,17 @@ public final class Environment: @unchecked Sendable {
                 continue
             }
             do {
-                for request in claimed {
+                // Each step runs on its request's caller's thread: a nested transaction is
+                // begun and ended there too (LMDB takes no lock for it).
+                var failure: (any Error)?
+                queue.runInTurn(claimed) { request in
                     var child: OpaquePointer?
-                    try check(mdb_txn_begin(env, parent.txn, 0, &child), "mdb_txn_begin (nested)", path)
+                    do {
+                        try check(mdb_txn_begin(env, parent.txn, 0, &child), "mdb_txn_begin (nested)", path)
+                    } catch {
+                        failure = error
+                        return false
+                    }
                     let handle = TransactionHandle()
                     handle.txn = child
                     // LMDB frees the child at its commit or abort: a transaction kept past its
@@ -537,21 +565,32 @@ public final class Environment: @unchecked Sendable {
                     if handle.sawMapFull || (request.error as? LMDBError)?.code == .mapFull {
                         mdb_txn_abort(child)
                         mapFull = true
-                        break
+                        return false
                     }
                     if let error = request.error as? LMDBError, error.code == .transactionFull {
                         // Too many dirty pages for the group: each request runs alone instead.
                         mdb_txn_abort(child)
-                        throw error
+                        failure = error
+                        return false
                     }
                     if request.error != nil {
                         mdb_txn_abort(child)
-                    } else {
-                        let rc = mdb_txn_commit(child)
-                        if rc == MDB_MAP_FULL { mapFull = true; break }
-                        try check(rc, "mdb_txn_commit (nested)", path)
+                        return true
                     }
+                    let rc = mdb_txn_commit(child)
+                    if rc == MDB_MAP_FULL {
+                        mapFull = true
+                        return false
+                    }
+                    do {
+                        try check(rc, "mdb_txn_commit (nested)", path)
+                    } catch {
+                        failure = error
+                        return false
+                    }
+                    return true
                 }
+                if let failure { throw failure }
                 if !mapFull {
                     if try commit(parent) { return }
                     mapFull = true
@@ -575,7 +614,8 @@ public final class Environment: @unchecked Sendable {
     /// transaction and swallowed the error) or the map is full. Sets no outcome: a throw
     /// makes the caller run the group again, nested.
     private func runShared(_ requests: [PendingWrite], in parent: TransactionHandle) -> SharedRun {
-        for request in requests {
+        var outcome = SharedRun.ran
+        queue.runInTurn(requests) { request in
             let handle = TransactionHandle()
             handle.txn = parent.txn
             // The shared transaction is the parent's to commit or abort, never a request's.
@@ -588,11 +628,18 @@ public final class Environment: @unchecked Sendable {
                 threw = true
             }
             handle.closeCursors()
-            if handle.sawMapFull { return .mapFull }
-            if threw { return .threw }
+            if handle.sawMapFull {
+                outcome = .mapFull
+                return false
+            }
+            if threw {
+                outcome = .threw
+                return false
+            }
             request.error = nil
+            return true
         }
-        return .ran
+        return outcome
     }
 
     /// Commits a top-level write transaction. Returns false when LMDB reported MDB_MAP_FULL.
@@ -828,13 +875,17 @@ final class TransactionGate: @unchecked Sendable {
         holders.firstIndex { $0.thread == thread }
     }
 
-    func enter() {
+    /// Counts the calling thread as holding a transaction until ``leave()``. A thread that
+    /// holds none waits for a resize in progress first, unless `joining`: it holds, on this
+    /// thread, the transaction another thread of this process opened and handed to it (a
+    /// grouped write closure runs on its caller's thread), which the resize waits for already.
+    func enter(joining: Bool = false) {
         let me = currentThreadID()
         condition.lock()
         if let i = holderIndex(me) {
             holders[i].count += 1
         } else {
-            while resizing { condition.wait() }
+            while resizing && !joining { condition.wait() }
             holders.append((me, 1))
         }
         active += 1
@@ -899,15 +950,30 @@ final class WriterLock: @unchecked Sendable {
     private let mutex = NSLock()
     private let owner = Atomic<UInt>(0)
 
+    /// The thread running a write closure (the leader's or a grouped caller's), 0 if none:
+    /// one closure runs at a time.
+    private let runner = Atomic<UInt>(0)
+
     func lock(path: String) throws(LMDBError) {
         try refuseNested(path: path)
         mutex.lock()
         owner.store(currentThreadID(), ordering: .releasing)
     }
 
-    /// Throws ``LMDBError/Code/nestedWrite`` when the calling thread is running a write.
+    /// Notes that the calling thread runs a write closure, until ``closureEnded()``.
+    func runClosure() {
+        runner.store(currentThreadID(), ordering: .releasing)
+    }
+
+    func closureEnded() {
+        runner.store(0, ordering: .releasing)
+    }
+
+    /// Throws ``LMDBError/Code/nestedWrite`` when the calling thread is running a write: it
+    /// leads one, or runs its closure in one.
     func refuseNested(path: String) throws(LMDBError) {
-        if owner.load(ordering: .acquiring) == currentThreadID() {
+        let me = currentThreadID()
+        if owner.load(ordering: .acquiring) == me || runner.load(ordering: .acquiring) == me {
             throw LMDBError(code: .nestedWrite, operation: "write", path: path,
                             detail: "a write closure started another write on the same thread; do all the work in one write")
         }

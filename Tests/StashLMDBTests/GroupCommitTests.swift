@@ -50,7 +50,8 @@ import Testing
 
     /// The write of a `@MainActor` caller (UI code) ran its closure, isolated to the main
     /// actor, on whichever writer's thread led its group: off its actor, while the caller
-    /// waited. It runs on the caller's thread now, alone in its transaction.
+    /// waited. It runs on the caller's thread now, led alone or grouped behind another
+    /// writer.
     @MainActor @Test func aMainActorWriteRunsOnItsCallersThread() throws {
         let caller = pthread_self()
         let dir = TemporaryDirectory()
@@ -77,6 +78,85 @@ import Testing
         while !stopped.isSet { Thread.sleep(forTimeInterval: 0.001) }
         #expect(offTheMainThread == 0)
         #expect(try env.read { txn in try txn.statistics(main).entries } >= 400)
+    }
+
+    enum WriterContext { @TaskLocal static var name = "none" }
+
+    /// A grouped closure ran on the leading writer's thread, in its task: a `@TaskLocal`
+    /// read inside it gave the leader's value, and `Task.checkCancellation()` there threw for
+    /// a live caller grouped behind a cancelled leader and let a cancelled caller's change
+    /// commit behind a live one. A caller's closure now runs on its caller's thread and task.
+    /// Four tasks (two cancelled) and two plain threads (whose closures the leader may run)
+    /// queue behind a held write, ten times over, so that each is led by the others and
+    /// leads them in turn.
+    @Test func groupedClosuresRunOnTheirCallersThreadAndTask() async throws {
+        let dir = TemporaryDirectory()
+        let env = try openEnvironment(dir.path)
+        let main = try env.database("main")
+        let executor = ThreadPerJobExecutor()
+        var wrong: [String] = []
+        for round in 0..<10 {
+            let before = env.info().lastTransactionID
+            let release = DoneFlag(), entered = DoneFlag()
+            Thread {
+                try? env.write { txn in
+                    try txn.put(main, key: b("held"), value: b("\(round)"))
+                    entered.set()
+                    while !release.isSet { Thread.sleep(forTimeInterval: 0.001) }
+                }
+            }.start()
+            while !entered.isSet { try await Task.sleep(for: .milliseconds(1)) }
+            let writers = (0..<4).map { t in
+                Task(executorPreference: executor) { () -> [String] in
+                    let cancelled = t % 2 == 1
+                    if cancelled { withUnsafeCurrentTask { $0?.cancel() } }
+                    return WriterContext.$name.withValue("writer \(t)") {
+                        let caller = pthread_self()
+                        var seen: [String] = []
+                        do {
+                            try env.write { txn in
+                                if WriterContext.name != "writer \(t)" { seen.append("saw task-local '\(WriterContext.name)'") }
+                                if pthread_equal(pthread_self(), caller) == 0 { seen.append("ran on another thread") }
+                                try Task.checkCancellation()
+                                try txn.put(main, key: b("round \(round) writer \(t)"), value: b("x"))
+                            }
+                            if cancelled { seen.append("cancelled, yet its write committed") }
+                        } catch is CancellationError {
+                            if !cancelled { seen.append("live, yet its write threw CancellationError") }
+                        } catch {
+                            seen.append("\(error)")
+                        }
+                        return seen.map { "round \(round) writer \(t): \($0)" }
+                    }
+                }
+            }
+            let threadWriters = DispatchGroup()
+            let threadFailures = Failures()
+            for t in 4..<6 {
+                threadWriters.enter()
+                Thread {
+                    do {
+                        try env.write { txn in try txn.put(main, key: b("round \(round) writer \(t)"), value: b("x")) }
+                    } catch {
+                        threadFailures.add("round \(round) writer \(t): \(error)")
+                    }
+                    threadWriters.leave()
+                }.start()
+            }
+            let deadline = Date().addingTimeInterval(10)
+            while env.waitingWrites < 6, Date() < deadline { try await Task.sleep(for: .milliseconds(1)) }
+            #expect(env.waitingWrites == 6, "the writers did not all queue behind the held write")
+            release.set()
+            for writer in writers { wrong += await writer.value }
+            threadWriters.wait()
+            wrong += threadFailures.all
+            #expect(env.info().lastTransactionID - before == 2, "the held write, then one group of six")
+            for t in 0..<6 {
+                let stored = try env.read { try $0.get(main, key: b("round \(round) writer \(t)")) }
+                #expect(stored == (t % 2 == 1 && t < 4 ? nil : b("x")), "round \(round) writer \(t)")
+            }
+        }
+        #expect(wrong.isEmpty, "\(wrong.prefix(8))")
     }
 
     @Test func queuedWritersShareOneCommitAndSeeEachOthersChanges() throws {

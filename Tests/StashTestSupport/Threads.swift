@@ -32,3 +32,19 @@ public func onThreads(_ count: Int, _ body: @escaping @Sendable (Int) -> Void) {
     }
     group.wait()
 }
+
+/// Runs each job of a task on a new thread of its own: tasks that block (in a write that
+/// waits for the disk, or for a held write) then do not hold the concurrency pool's few
+/// threads (two on a two-core machine), and as many of them as a test needs can wait at once.
+/// Use with `Task(executorPreference:)`.
+public final class ThreadPerJobExecutor: TaskExecutor {
+    public init() {}
+
+    public func enqueue(_ job: consuming ExecutorJob) {
+        let job = UnownedJob(job)
+        let executor = asUnownedTaskExecutor()
+        let thread = Thread { job.runSynchronously(on: executor) }
+        thread.stackSize = 4 << 20
+        thread.start()
+    }
+}

@@ -175,10 +175,9 @@ import StashTestSupport
     }
 }
 
-/// What a write closure sees of the current task. A grouped closure runs in the leading
-/// writer's task (see ``Store/write(author:isolation:_:)``); the way the documentation gives
-/// around it, a write from an actor, must keep the caller's own task-local values and
-/// cancellation while nonisolated writers group around it.
+/// What a write closure sees of the current task: its caller's, grouped or not (a grouped
+/// closure ran in the leading writer's task until the leader handed the transaction to each
+/// caller's thread), from an actor or from nonisolated code.
 @Suite struct WriteClosureTaskTests {
     enum RequestContext { @TaskLocal static var request = "none" }
 
@@ -192,6 +191,49 @@ import StashTestSupport
                 return (RequestContext.request, Task.isCancelled)
             }
         }
+    }
+
+    /// Eight writers on threads of their own (half of them cancelled), each writing ten
+    /// times durably, so that they group: each closure names its caller's task-local value
+    /// in what it inserts and checks for cancellation; no cancelled write may commit, no live
+    /// one may fail.
+    @Test func nonisolatedWriteClosuresSeeTheirCallersTaskWhileTheyGroup() async throws {
+        let dir = TemporaryDirectory()
+        var options = StoreOptions()
+        options.durability = .full
+        let store = try Store.open(at: dir.path, types: [Home.self], options: options)
+        let executor = ThreadPerJobExecutor()
+        let writers = (0..<8).map { t in
+            Task(executorPreference: executor) { () -> [String] in
+                let cancelled = t % 2 == 1
+                if cancelled { withUnsafeCurrentTask { $0?.cancel() } }
+                return RequestContext.$request.withValue("writer \(t)") {
+                    var wrong: [String] = []
+                    for k in 0..<10 {
+                        do {
+                            try store.write { tx in
+                                try Task.checkCancellation()
+                                try tx.insert(Home(name: "\(RequestContext.request) write \(k)"))
+                            }
+                            if cancelled { wrong.append("writer \(t) write \(k): cancelled, yet it committed") }
+                        } catch is CancellationError {
+                            if !cancelled { wrong.append("writer \(t) write \(k): live, yet it threw CancellationError") }
+                        } catch {
+                            wrong.append("writer \(t) write \(k): \(error)")
+                        }
+                    }
+                    return wrong
+                }
+            }
+        }
+        var wrong: [String] = []
+        for writer in writers { wrong += await writer.value }
+        #expect(wrong.isEmpty, "\(wrong.prefix(8))")
+        let names = Set(try store.fetch(FetchDescriptor<Home>()).map(\.name))
+        let expected = Set((0..<8).filter { $0 % 2 == 0 }.flatMap { t in (0..<10).map { "writer \(t) write \($0)" } })
+        #expect(names == expected)
+        #expect(try store.history().count == 40)
+        #expect(try store.verify().isClean)
     }
 
     @Test func anActorIsolatedWriteClosureSeesItsCallersTaskWhileOthersGroup() async throws {

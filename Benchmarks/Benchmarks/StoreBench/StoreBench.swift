@@ -18,6 +18,7 @@ import Stash
 // | pairedcount| the same for the fast-path count vs `mdb_cursor_count`       | p50/p99         |
 // | allocs    | one count, with malloc counting on                            | mallocs/op      |
 // | concurrent| 8 threads × 16 single-item commits on each engine (group commit)| ops/s          |
+// | concurrenttasks| the same from 8 Swift tasks (each on a thread of its own) | ops/s     |
 // | update    | wearCount += 1 on one item + commit on each engine            | p50/p99, ops/s  |
 // | disk      | nothing: reports the fixture's file sizes as custom metrics    | bytes           |
 // | gate      | one gate check: entitlement + count homes + count items in a  | p50/p99         |
@@ -356,7 +357,9 @@ let benchmarks: @Sendable () -> Void = {
     for n in BenchConfig.sizes {
         registerBulk(n: n)
         for sync in SyncLevel.allCases { registerSingleInsert(n: n, sync: sync) }
-        for sync in [SyncLevel.full, .relaxed] { registerConcurrentInsert(n: n, sync: sync) }
+        for inTasks in [false, true] {
+            for sync in [SyncLevel.full, .relaxed] { registerConcurrentInsert(n: n, sync: sync, inTasks: inTasks) }
+        }
 
         registerGet(StashEngine.self, n: n)
         registerGet(RawLMDBEngine.self, n: n)
