@@ -24,7 +24,7 @@ public struct EntitlementChange: Sendable, Hashable, CustomStringConvertible {
         let sequence: UInt64?
     }
 
-    public var description: String { "tier \(tier.rawValue) (\(reason.rawValue)); \(entitlement)" }
+    public var description: String { "tier \(tier.rawValue) (\(reason.summary)); \(entitlement)" }
 }
 
 /// The premium access as it changes: the current state first, then one element per change

@@ -537,7 +537,7 @@ public final class FeatureGate: Sendable {
             throw countingFailed(action, tx.store, error)
         }
         guard decision.isAllowed else {
-            throw GateError(.denied, "gate: \(describe(action)) denied: \(decision.denial!) (tier \(decision.tier.rawValue), \(decision.reason.rawValue))",
+            throw GateError(.denied, "gate: \(describe(action)) denied: \(decision.denial!) (tier \(decision.tier.rawValue): \(decision.reason.summary))",
                             decision: decision)
         }
         return decision

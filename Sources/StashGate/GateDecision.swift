@@ -45,6 +45,19 @@ public enum EvaluationReason: String, Sendable, Hashable, Codable {
     case error
     /// A test override (``GateOverride``) decided.
     case overridden
+
+    /// The reason in a few words, for messages and status lines (the raw value is the
+    /// stable name, for JSON and logs): "no snapshot yet" rather than `default`.
+    public var summary: String {
+        switch self {
+        case .verified: "verified snapshot"
+        case .cached: "cached snapshot"
+        case .stale: "snapshot past the offline limit"
+        case .default: "no snapshot yet"
+        case .error: "snapshot rejected"
+        case .overridden: "test override"
+        }
+    }
 }
 
 /// Why an action is denied: what the paywall shows.
@@ -179,7 +192,7 @@ public struct GateDecision: Sendable, Hashable, CustomStringConvertible {
 
     public var description: String {
         let head = isAllowed ? "allowed" : "denied: \(denial!)"
-        return "\(head) (tier \(tier.rawValue), \(reason.rawValue))" + (error.map { "; \($0)" } ?? "")
+        return "\(head) (tier \(tier.rawValue): \(reason.summary))" + (error.map { "; \($0)" } ?? "")
     }
 }
 
@@ -199,7 +212,7 @@ public struct EntitlementDecision: Sendable, Hashable, CustomStringConvertible {
     public var isActive: Bool { status.isActive }
 
     public var description: String {
-        var text = "\(status.entitlement): \(status.state.rawValue) (\(reason.rawValue))"
+        var text = "\(status.entitlement): \(status.state.rawValue) (\(reason.summary))"
         if let end = status.expiresAt { text += " until \(formatInstant(end))" }
         if let error { text += "; \(error)" }
         return text

@@ -34,7 +34,7 @@ public struct SyncPolicy: Sendable, Hashable, CustomStringConvertible {
     public static func isActive(premium: Bool, preference: Bool) -> Bool { premium && preference }
 
     public var description: String {
-        let why = isActive ? "premium and preference on" : !isPremium ? "not premium (\(reason.rawValue))" : "preference off"
+        let why = isActive ? "premium and preference on" : !isPremium ? "not premium (\(reason.summary))" : "preference off"
         return "sync \(isActive ? "active" : "inactive") (\(why))"
     }
 }

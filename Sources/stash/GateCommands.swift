@@ -168,7 +168,7 @@ struct Gate: ParsableCommand {
             printLine("snapshot    none" + (entitlement.error.map { " (rejected: \($0))" } ?? ""))
         }
         printLine("entitlement \(entitlement)")
-        printLine("tier        \(change.tier.rawValue) (\(change.reason.rawValue))")
+        printLine("tier        \(change.tier.rawValue) (\(change.reason.summary))")
         printLine("reference   \(formatInstant(entitlement.referenceTime))")
         printLine("first launch \(formatInstant(gate.firstLaunch))")
         let trial = gate.trialStatus()

@@ -42,7 +42,7 @@ enum GateCLI {
         var status = try GateCLI.run("gate", store, "status", "--user", "u1", "--key-file", keys)
         #expect(status.status == 0, "\(status.stderr)")
         #expect(status.stdout.contains("snapshot    none"))
-        #expect(status.stdout.contains("tier        free (default)"))
+        #expect(status.stdout.contains("tier        free (no snapshot yet)"))
         #expect(status.stdout.contains("sync        sync inactive"))
 
         var can = try GateCLI.run("gate", store, "can-create", "Home")
@@ -75,17 +75,17 @@ enum GateCLI {
         #expect(applied.status == 0, "\(applied.stderr)")
         #expect(applied.stdout.contains("applied snapshot #3"))
         status = try GateCLI.run("gate", store, "status", "--user", "u1", "--key-file", keys)
-        #expect(status.stdout.contains("tier        premium (cached)"), "\(status.stdout)")
+        #expect(status.stdout.contains("tier        premium (cached snapshot)"), "\(status.stdout)")
         #expect(status.stdout.contains("sync        sync active"))
         #expect(try GateCLI.run("gate", store, "can-create", "Home", "--user", "u1", "--key-file", keys).status == 0)
         // Without the key the cached snapshot cannot be verified: free, reason error.
         status = try GateCLI.run("gate", store, "status", "--user", "u1")
-        #expect(status.stdout.contains("tier        free (error)"), "\(status.stdout)")
+        #expect(status.stdout.contains("tier        free (snapshot rejected)"), "\(status.stdout)")
         // Another user sees nothing of it.
         status = try GateCLI.run("gate", store, "status", "--user", "u2", "--key-file", keys)
-        #expect(status.stdout.contains("tier        free (default)"))
+        #expect(status.stdout.contains("tier        free (no snapshot yet)"))
         // Test overrides are explicit flags.
-        #expect(try GateCLI.run("gate", store, "can-create", "Home", "--force", "pro").stdout.contains("overridden"))
+        #expect(try GateCLI.run("gate", store, "can-create", "Home", "--force", "pro").stdout.contains("test override"))
 
         // Rejections: a flipped byte, a replay, another user's snapshot.
         var tampered = Array(try Data(contentsOf: URL(fileURLWithPath: file)))
