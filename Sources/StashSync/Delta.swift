@@ -299,7 +299,10 @@ struct DeltaReader: Sendable {
             for _ in 0..<fieldCount {
                 let fieldName = try string()
                 let v = try version()
-                fields[fieldName] = FieldState(value: try r.value(), version: v)
+                // A writer names each field once: a second value would silently win.
+                guard fields.updateValue(FieldState(value: try r.value(), version: v), forKey: fieldName) == nil else {
+                    throw r.unreadable("field '\(fieldName)' named twice in \(type) \(id)")
+                }
             }
             entries.append(RecordState(type: type, id: id, incarnation: incarnation, tombstone: tombstone, fields: fields))
             remaining -= 1

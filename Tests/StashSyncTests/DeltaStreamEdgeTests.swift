@@ -242,6 +242,34 @@ struct Creme: Record, Equatable {
         }
     }
 
+    /// An entry naming one field twice (only a faulty or hostile writer makes one: the
+    /// encoder names each field once) was read with the last value winning, silently. It is
+    /// unreadable now, naming the field and the record, and nothing of the delta applies.
+    @Test func anEntryNamingAFieldTwiceIsUnreadable() throws {
+        let dir = TemporaryDirectory()
+        let (_, full) = try source(dir.sub("a"), count: 3)
+        var delta = full
+        // A field whose name differs from `title` in its last letter: renamed in the string
+        // table afterwards, the entry names `title` twice.
+        let title = try #require(delta.entries[1].fields["title"])
+        delta.entries[1].fields["titlf"] = FieldState(value: .string("second value"), version: title.version)
+        var bytes = Array([UInt8](delta.encoded()).dropLast(32))
+        let needle = Array("titlf".utf8)
+        let at = try #require((0...(bytes.count - needle.count)).first { bytes[$0..<($0 + needle.count)].elementsEqual(needle) })
+        bytes[at + 4] = UInt8(ascii: "e")
+        let b = try Device.open(dir.sub("b"), family: family)
+        let before = try canonicalDump(b.store)
+        do {
+            let outcome = try b.engine.apply(sealed(bytes), name: "twice.delta")
+            Issue.record("applied (\(outcome))")
+        } catch let error as SyncError {
+            #expect(error.code == .unreadableDelta, "\(error)")
+            #expect(error.message.contains("twice.delta") && error.message.contains("field 'title' named twice in Note \(delta.entries[1].id)"), "\(error)")
+        }
+        #expect(try canonicalDump(b.store) == before)
+        #expect(try b.engine.peers().isEmpty)
+    }
+
     /// The reader hands its batches over in order, the first of 64 entries and then 256, and
     /// they are the entries a whole read gives, at the counts around those edges.
     @Test func theReaderHandsOverEveryEntryInBatchesOf64Then256() throws {
