@@ -89,7 +89,7 @@ import Testing
     /// Four tasks (two cancelled) and two plain threads (whose closures the leader may run)
     /// queue behind a held write, ten times over, so that each is led by the others and
     /// leads them in turn.
-    @Test func groupedClosuresRunOnTheirCallersThreadAndTask() async throws {
+    @Test(.timeLimit(.minutes(1))) func groupedClosuresRunOnTheirCallersThreadAndTask() async throws {
         let dir = TemporaryDirectory()
         let env = try openEnvironment(dir.path)
         let main = try env.database("main")
@@ -117,6 +117,16 @@ import Testing
                             try env.write { txn in
                                 if WriterContext.name != "writer \(t)" { seen.append("saw task-local '\(WriterContext.name)'") }
                                 if pthread_equal(pthread_self(), caller) == 0 { seen.append("ran on another thread") }
+                                if t == 2 {
+                                    // On its caller's thread, which holds no write lock: still nested.
+                                    do {
+                                        try env.write { _ in }
+                                        seen.append("a write inside the closure ran")
+                                    } catch let error as LMDBError where error.code == .nestedWrite {
+                                    } catch {
+                                        seen.append("a write inside the closure: \(error)")
+                                    }
+                                }
                                 try Task.checkCancellation()
                                 try txn.put(main, key: b("round \(round) writer \(t)"), value: b("x"))
                             }
