@@ -25,7 +25,9 @@ let package = Package(
         // A file's inode and birth time (statx on Linux), for telling a store from its copy.
         .systemLibrary(name: "CFileIdentity", path: "CShims/CFileIdentity"),
         .target(name: "StashLMDB", dependencies: ["CLMDB", "CFileIdentity"]),
-        .target(name: "Stash", dependencies: ["StashLMDB"]),
+        // Naming a thread for the OS (prctl on Linux), for the threads the library starts.
+        .systemLibrary(name: "CThreadName", path: "CShims/CThreadName"),
+        .target(name: "Stash", dependencies: ["StashLMDB", "CThreadName"]),
         .target(name: "StashSync", dependencies: ["Stash", .product(name: "Crypto", package: "swift-crypto")]),
         .target(name: "StashGate", dependencies: ["Stash", .product(name: "Crypto", package: "swift-crypto")]),
         // The `stash` command. The module is StashCLI so that it never clashes with the

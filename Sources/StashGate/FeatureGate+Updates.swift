@@ -73,12 +73,12 @@ final class UpdatePoller: @unchecked Sendable {
         let interval = gate.configuration.updatePollInterval.components
         let seconds = max(0.001, Double(interval.seconds) + Double(interval.attoseconds) / 1e18)
         let thread = Thread { [self] in
+            nameThisThread("stash.gate")
             while !stopped.load(ordering: .acquiring) {
                 poll()
                 Thread.sleep(forTimeInterval: seconds)
             }
         }
-        thread.name = "stash.gate.updates"
         thread.stackSize = 1 << 20
         thread.start()
     }
@@ -138,6 +138,7 @@ extension FeatureGate {
         guard clockGuard.needsSave(threshold: 60_000) else { return }
         guard backgroundSave.compareExchange(expected: false, desired: true, ordering: .acquiringAndReleasing).exchanged else { return }
         Thread.detachNewThread { [self] in
+            nameThisThread("stash.clock")
             saveClockIfMoved(threshold: 60_000)
             backgroundSave.store(false, ordering: .releasing)
         }

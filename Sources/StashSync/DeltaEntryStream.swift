@@ -36,10 +36,10 @@ final class DeltaEntryStream: @unchecked Sendable {
     /// Starts reading `reader`'s entries on a new thread.
     init(_ reader: DeltaReader) {
         let thread = Thread { [self] in
+            nameThisThread("stash.delta")
             var reader = reader
             read(&reader)
         }
-        thread.name = "stash.sync delta reader"
         thread.start()
     }
 

@@ -1065,13 +1065,13 @@ public final class SyncEngine: Sendable {
     public func startBackgroundSync(via transport: some SyncTransport, every interval: Duration) -> Task<Void, Never> {
         let loop = BackgroundSyncLoop()
         let thread = Thread { [self] in
+            nameThisThread("stash.sync")
             while !loop.isCancelled {
                 _ = try? self.sync(via: transport)
                 loop.pause(for: interval)
             }
             loop.finish()
         }
-        thread.name = "stash.sync \(store.path)"
         thread.start()
         return Task {
             await withTaskCancellationHandler {

@@ -1,6 +1,7 @@
 import Foundation
 import Stash
 import StashGate
+import StashTestSupport
 import Testing
 
 /// `gate.updates()`: real-time unlock and lock.
@@ -35,6 +36,10 @@ import Testing
         #expect(await collector.wait(for: 1))
         try #require(collector.all.count >= 1)
         #expect(collector.all[0].change.tier == .free)
+        // The poller's thread carries its name to the OS (`top -H`, debuggers).
+        let named = Date().addingTimeInterval(5)
+        while !osThreadNames().contains("stash.gate"), Date() < named { try await Task.sleep(for: .milliseconds(5)) }
+        #expect(osThreadNames().contains("stash.gate"), "\(osThreadNames())")
         try gate.apply(try signed([Tx.subscription("t1", expires: 30 * day)]))
         #expect(await collector.wait(for: 2))
         try #require(collector.all.count >= 2)

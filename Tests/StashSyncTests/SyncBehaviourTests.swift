@@ -1129,6 +1129,8 @@ import StashTestSupport
         await sync.value
         let fetches = transport.fetchesInATask
         #expect(!fetches.isEmpty && !fetches.contains(true), "fetched inside a task: \(fetches)")
+        // Named for `top -H` and debuggers (the name Foundation was given never reached the OS).
+        #expect(Set(transport.fetchThreadNames) == ["stash.sync"], "\(transport.fetchThreadNames)")
         #expect(try a.engine.status(via: relay).isUpToDate)
     }
 

@@ -131,7 +131,15 @@ final class ThreadRecordingTransport: SyncTransport, @unchecked Sendable {
     let relay: RelayTransport
     private let lock = NSLock()
     private var inTask: [Bool] = []
+    private var names: [String] = []
     init(_ relay: RelayTransport) { self.relay = relay }
+
+    /// The OS name of the thread of each fetch (Linux: `/proc/thread-self/comm`).
+    var fetchThreadNames: [String] {
+        lock.lock()
+        defer { lock.unlock() }
+        return names
+    }
 
     var fetchesInATask: [Bool] {
         lock.lock()
@@ -143,8 +151,10 @@ final class ThreadRecordingTransport: SyncTransport, @unchecked Sendable {
     func deliver(_ data: Data, delta: Delta, from engine: SyncEngine) throws { try relay.deliver(data, delta: delta, from: engine) }
     func incoming(for engine: SyncEngine) throws -> [IncomingDelta] {
         let task = withUnsafeCurrentTask { $0 != nil }
+        let name = (try? String(contentsOfFile: "/proc/thread-self/comm", encoding: .utf8))?.trimmingCharacters(in: .newlines) ?? "?"
         lock.lock()
         inTask.append(task)
+        names.append(name)
         lock.unlock()
         return try relay.incoming(for: engine)
     }

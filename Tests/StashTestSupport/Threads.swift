@@ -48,3 +48,12 @@ public final class ThreadPerJobExecutor: TaskExecutor {
         thread.start()
     }
 }
+
+/// The names of this process's threads as the OS knows them (`/proc/self/task/*/comm` on
+/// Linux; empty elsewhere).
+public func osThreadNames() -> [String] {
+    let tasks = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/task")) ?? []
+    return tasks.compactMap { tid in
+        (try? String(contentsOfFile: "/proc/self/task/\(tid)/comm", encoding: .utf8))?.trimmingCharacters(in: .newlines)
+    }
+}
