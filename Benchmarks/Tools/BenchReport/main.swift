@@ -293,30 +293,30 @@ for size in sizes {
     // Concurrent single inserts (group commit) from threads, then from tasks; the variant is
     // "<level> <writers>x<per writer>".
     for (group, writers) in [("concurrent", "threads"), ("concurrenttasks", "Swift tasks (each on a thread of its own)")] {
-    let shapes = Set(results.filter { $0.group == group && $0.size == size }.map { String($0.variant.split(separator: " ").last ?? "") })
-    for shape in shapes.sorted() {
-        let parts = shape.split(separator: "x").compactMap { Int($0) }
-        guard parts.count == 2 else { continue }
-        let commits = Double(parts[0] * parts[1])
-        func perSecond(_ r: Result?) -> Double? { r?.mean.map { commits * 1_000_000 / $0 } }
-        let inTasksNote = group == "concurrent" ? "" : " A grouped Stash closure of a caller in a task runs on its caller's thread (its `@TaskLocal` values and cancellation): a thread switch per grouped write."
-        line("**Concurrent single inserts**: \(parts[0]) \(writers) × \(parts[1]) items, one commit per item, on each engine in turn (Stash and raw LMDB through StashLMDB commit the writers queued behind a commit together: group commit; GRDB serializes its writers).\(inTasksNote) One sample = all \(Int(commits)) commits, thread start included; ops/s = \(Int(commits)) ÷ mean:")
-        line()
-        var rows: [[String]] = []
-        for (level, label) in levels.prefix(2) {
-            let variant = "\(level) \(shape)"
-            let sv = perSecond(find(group, "Stash", variant, size)), lv = perSecond(find(group, "LMDB", variant, size))
-            let gv = perSecond(find(group, "GRDB", variant, size))
-            guard sv != nil || gv != nil else { continue }
-            rows.append([label, rate(sv), rate(lv), rate(gv), ratio(sv.flatMap { a in lv.map { a / $0 } }),
-                         ratio(sv.flatMap { a in gv.map { a / $0 } })])
-            let r = sv.flatMap { a in gv.map { a / $0 } }
-            let from = group == "concurrent" ? "" : " in tasks"
-            goals[size, default: []].append(Goal(text: "durable insert ≥ GRDB at equal durability, \(parts[0]) concurrent writers\(from) (\(label))",
-                                                 met: r.map { $0 >= 1 }, detail: "\(ratio(r, threshold: 1)) (ops/s)"))
+        let shapes = Set(results.filter { $0.group == group && $0.size == size }.map { String($0.variant.split(separator: " ").last ?? "") })
+        for shape in shapes.sorted() {
+            let parts = shape.split(separator: "x").compactMap { Int($0) }
+            guard parts.count == 2 else { continue }
+            let commits = Double(parts[0] * parts[1])
+            func perSecond(_ r: Result?) -> Double? { r?.mean.map { commits * 1_000_000 / $0 } }
+            let inTasksNote = group == "concurrent" ? "" : " A grouped Stash closure of a caller in a task runs on its caller's thread (its `@TaskLocal` values and cancellation): a thread switch per grouped write."
+            line("**Concurrent single inserts**: \(parts[0]) \(writers) × \(parts[1]) items, one commit per item, on each engine in turn (Stash and raw LMDB through StashLMDB commit the writers queued behind a commit together: group commit; GRDB serializes its writers).\(inTasksNote) One sample = all \(Int(commits)) commits, thread start included; ops/s = \(Int(commits)) ÷ mean:")
+            line()
+            var rows: [[String]] = []
+            for (level, label) in levels.prefix(2) {
+                let variant = "\(level) \(shape)"
+                let sv = perSecond(find(group, "Stash", variant, size)), lv = perSecond(find(group, "LMDB", variant, size))
+                let gv = perSecond(find(group, "GRDB", variant, size))
+                guard sv != nil || gv != nil else { continue }
+                rows.append([label, rate(sv), rate(lv), rate(gv), ratio(sv.flatMap { a in lv.map { a / $0 } }),
+                             ratio(sv.flatMap { a in gv.map { a / $0 } })])
+                let r = sv.flatMap { a in gv.map { a / $0 } }
+                let from = group == "concurrent" ? "" : " in tasks"
+                goals[size, default: []].append(Goal(text: "durable insert ≥ GRDB at equal durability, \(parts[0]) concurrent writers\(from) (\(label))",
+                                                     met: r.map { $0 >= 1 }, detail: "\(ratio(r, threshold: 1)) (ops/s)"))
+            }
+            table(["durability", "Stash ops/s", "LMDB ops/s", "GRDB ops/s", "Stash ÷ LMDB", "Stash ÷ GRDB"], rows)
         }
-        table(["durability", "Stash ops/s", "LMDB ops/s", "GRDB ops/s", "Stash ÷ LMDB", "Stash ÷ GRDB"], rows)
-    }
     }
 
     // Point read
