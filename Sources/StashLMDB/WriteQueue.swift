@@ -305,7 +305,6 @@ private final class Turns {
 
     /// The request whose turn it is, nil once the turns are over.
     var current: PendingWrite? { next < requests.count ? requests[next] : nil }
-
 }
 
 /// A mutex whose waiters each sleep on a condition of their own (``WakeSpot``), so that the
