@@ -83,6 +83,24 @@ public struct SchemaDeclaration: Codable, Sendable {
     public var types: [TypeDeclaration]
     /// A declaration of `types` (an empty list declares nothing: the stored schema stays).
     public init(types: [TypeDeclaration]) { self.types = types }
+
+    /// Throws `.incompatibleSchema` for what no store can hold: a type or a field of a type
+    /// declared twice (which of the two would be meant?), an index of no fields.
+    func refuseMalformed(in path: String) throws {
+        var typeNames: Set<String> = []
+        for type in types {
+            guard typeNames.insert(type.name).inserted else {
+                throw StoreError(.incompatibleSchema, "store \(path): type \(type.name) is declared twice; declare each type once")
+            }
+            var fieldNames: Set<String> = []
+            for field in type.fields where !fieldNames.insert(field.name).inserted {
+                throw StoreError(.incompatibleSchema, "store \(path): \(type.name) declares field '\(field.name)' twice; declare each field once")
+            }
+            if type.indexes.contains(where: \.fields.isEmpty) {
+                throw StoreError(.incompatibleSchema, "store \(path): an index of \(type.name) lists no fields; give it at least one")
+            }
+        }
+    }
 }
 
 /// One record type of a ``SchemaDeclaration``: what a ``Record`` type declares, or one entry

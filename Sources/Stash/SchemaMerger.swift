@@ -103,6 +103,7 @@ struct SchemaMerger {
     ///   that has not run `migrations` yet (its records are in their form from before).
     static func inspect<T: TransactionReading>(_ txn: T, _ dbs: StoreDatabases, _ path: String, migrations: [Migration] = []) throws -> Result {
         guard let format = try txn.uint64(dbs.meta, key: MetaKey.format) else {
+            if try txn.statistics(dbs.records).entries == 0 { throw unfinished(path, "this open only reads") }
             throw StoreError(.notAStore, "\(path) holds no Stash format marker; it is not a Stash store")
         }
         try refuseNewer(format, path)
@@ -120,6 +121,13 @@ struct SchemaMerger {
                       syncPreference: preference)
     }
 
+    /// A store whose creation did not finish: its databases exist (made by the first open's
+    /// first transaction) but not its identity (the second), as a failed or interrupted first
+    /// open leaves it. An open that may create stores finishes it.
+    private static func unfinished(_ path: String, _ why: String) -> StoreError {
+        StoreError(.notAStore, "no Stash store in \(path) yet: its creation did not finish (the open that made it failed or was interrupted), and \(why); open it to create it (`stash init \(path) --schema FILE`); nothing was changed")
+    }
+
     private func identity() throws -> (RecordID, RecordID) {
         if let format = try txn.uint64(dbs.meta, key: MetaKey.format) {
             try Self.refuseNewer(format, path)
@@ -127,6 +135,7 @@ struct SchemaMerger {
             guard try txn.statistics(dbs.records).entries == 0 else {
                 throw StoreError(.notAStore, "\(path) holds LMDB data but no Stash format marker; it is not a Stash store")
             }
+            guard options.createIfMissing else { throw Self.unfinished(path, "this open does not create stores (StoreOptions.createIfMissing)") }
             try txn.put(dbs.meta, key: MetaKey.format, uint64: Self.format)
             try txn.put(dbs.meta, key: MetaKey.storeID, value: RecordID().bytes)
             try txn.put(dbs.meta, key: MetaKey.siteID, value: RecordID().bytes)
@@ -455,9 +464,6 @@ struct SchemaMerger {
             if options.dropsUndeclaredIndexes { try dropIndex(index, of: stored, context) }
         }
         for (indexName, wantedIndex) in wanted where try context.layout(name).schema.index(named: indexName) == nil {
-            guard !wantedIndex.fields.isEmpty else {
-                throw StoreError(.incompatibleSchema, "store \(path): an index of \(name) lists no fields; give it at least one")
-            }
             var added: IndexSchema?
             context.updateSchema { schema in
                 let t = schema.types.firstIndex { $0.name == name }!

@@ -200,14 +200,19 @@ public final class Store: Sendable {
     ///   writing of a directory this process has open read-only.
     public static func open(at path: String, types: [any Record.Type] = [], options: StoreOptions = StoreOptions()) throws -> Store {
         var named: [String: any Record.Type] = [:]
+        var distinct: [any Record.Type] = []
         for type in types {
             let name = type.recordType
-            if let other = named[name], other != type {
-                throw StoreError(.incompatibleSchema, "store \(path): \(String(reflecting: other)) and \(String(reflecting: type)) are both record type '\(name)' (the default recordType is a type's name without what encloses it), so their records would mix in one type; give one of them its own name with `static var recordType: String`")
+            if let other = named[name] {
+                guard other == type else {
+                    throw StoreError(.incompatibleSchema, "store \(path): \(String(reflecting: other)) and \(String(reflecting: type)) are both record type '\(name)' (the default recordType is a type's name without what encloses it), so their records would mix in one type; give one of them its own name with `static var recordType: String`")
+                }
+                continue   // the same type listed twice declares it once
             }
             named[name] = type
+            distinct.append(type)
         }
-        return try open(at: path, declaration: SchemaDeclaration(types: types.map { try $0.declaration(in: path) }), options: options)
+        return try open(at: path, declaration: SchemaDeclaration(types: distinct.map { try $0.declaration(in: path) }), options: options)
     }
 
     /// Opens (or creates) the store in `path` with a schema declared as data (the command
@@ -218,9 +223,14 @@ public final class Store: Sendable {
         if exists && !isDirectory.boolValue {
             throw StoreError(.notAStore, "\(path) is a file; a store is a directory")
         }
-        let hasData = FileManager.default.fileExists(atPath: (path as NSString).appendingPathComponent("data.mdb"))
-        if (!options.createIfMissing || options.readOnly) && !hasData {
-            throw StoreError(.notAStore, "no store in \(path) (no data.mdb); create one with `stash init \(path) --schema FILE`")
+        // Refused before any file is made or changed, so that a bad declaration leaves nothing behind.
+        try declaration.refuseMalformed(in: path)
+        let dataSize = (try? FileManager.default.attributesOfItem(atPath: (path as NSString).appendingPathComponent("data.mdb")))?[.size] as? Int
+        if !options.createIfMissing || options.readOnly {
+            // An empty data.mdb is no store either: LMDB would write a new environment into it.
+            guard let dataSize, dataSize > 0 else {
+                throw StoreError(.notAStore, "no store in \(path) (\(dataSize == nil ? "no data.mdb" : "its data.mdb is empty")); create one with `stash init \(path) --schema FILE`; nothing was changed")
+            }
         }
         var config = EnvironmentConfiguration(databases: StoreDatabases.specs, durability: options.durability)
         config.initialMapSize = options.initialMapSize
