@@ -21,12 +21,20 @@ func syncEngine(_ store: Store, family: RecordID?, key: SyncKey?) throws -> Sync
     let engine: SyncEngine
     var configuration = SyncConfiguration(family: family, key: key)
     configuration.progress = syncProgress()   // a first sync or a full snapshot of a big store takes a while
+    // Opening sync retries the parked deltas: those the schema reads now are applied there,
+    // before the command's own exchange (which then finds them applied), so say so here.
+    let parkedBefore = SyncEngine.parkedDeltas(of: store)
     do { engine = try SyncEngine(store: store, configuration: configuration) }
     catch let error as SyncError where error.code == .noFamily {
         throw CommandFailure(message: "\(store.path) has no sync family yet; pass --family UUID (the same for every store that syncs together)")
     }
     guard engine.isEnabled else {
         throw CommandFailure(message: "sync is off for \(store.path) (its preference); nothing was exchanged and every change stays local")
+    }
+    let stillParked = Set(engine.parkedDeltas())
+    let applied = parkedBefore.filter { !stillParked.contains($0) }
+    if !applied.isEmpty {
+        printLine("\(store.path): applied \(applied.count) parked delta(s) that its schema reads now: \(applied.joined(separator: ", "))")
     }
     return engine
 }

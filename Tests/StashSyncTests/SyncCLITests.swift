@@ -109,6 +109,15 @@ import StashTestSupport
         #expect(try stash("put", a, "Tag", #"{"label": "t"}"#).status == 0)
         let sync = try stash("sync", a, b)
         #expect(sync.stdout.contains("parked 1 delta(s)") && sync.stdout.contains("stash peers"), "\(sync.stdout)")
+        // Once b's schema knows Tag, opening sync on b applies the parked delta. That was
+        // silent: the exchange then received nothing, and an import of the same delta said
+        // "already applied; nothing to do", while the record appeared.
+        #expect(try stash("init", b, "--schema", wider).status == 0)
+        let again = try stash("sync", a, b)
+        #expect(again.status == 0, "\(again.stderr)")
+        #expect(again.stdout.contains("\(b): applied 1 parked delta(s) that its schema reads now"), "\(again.stdout)")
+        #expect(try stash("count", b, "Tag").stdout == "1\n")
+        #expect(!(try stash("sync", a, b).stdout.contains("parked delta(s)")), "reported once")
     }
 
     @Test func relaySyncFromTheCommandLine() throws {
