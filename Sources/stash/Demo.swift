@@ -34,10 +34,7 @@ struct Demo: ParsableCommand {
     func run() throws {
         try runCommand {
             let temporary = directory == nil
-            if let directory, let contents = try? FileManager.default.contentsOfDirectory(atPath: directory), !contents.isEmpty {
-                // The story writes stores and records: never into the user's data.
-                throw CommandFailure(message: "\(directory) is not empty; give the demo a new or empty directory")
-            }
+            if let directory { try requireNewOrEmptyDirectory(directory) }
             let path = directory ?? FileManager.default.temporaryDirectory
                 .appendingPathComponent("stash-demo-\(UUID().uuidString.prefix(8))").path
             defer { if temporary { try? FileManager.default.removeItem(atPath: path) } }
@@ -104,5 +101,18 @@ struct Demo: ParsableCommand {
         say("store file: \(stats.fileSize / 1024) KiB, map \(stats.mapUsed / 1024) KiB used")
         try syncStory(in: path, say: say)
         try gatingStory(in: (path as NSString).appendingPathComponent("gating"), say: say)
+    }
+}
+
+/// Refuses a directory that holds anything, or a file: the demos write stores and records,
+/// never into the user's data.
+func requireNewOrEmptyDirectory(_ directory: String) throws {
+    var isDirectory: ObjCBool = false
+    guard FileManager.default.fileExists(atPath: directory, isDirectory: &isDirectory) else { return }
+    guard isDirectory.boolValue else {
+        throw CommandFailure(message: "\(directory) is a file; give the demo a new or empty directory")
+    }
+    if let contents = try? FileManager.default.contentsOfDirectory(atPath: directory), !contents.isEmpty {
+        throw CommandFailure(message: "\(directory) is not empty; give the demo a new or empty directory")
     }
 }

@@ -23,8 +23,8 @@ struct Gate: ParsableCommand {
                                     "{n}" in JSON replaced by 0..N-1; exit 3 when a
                                     creation was denied
           apply-snapshot FILE       verify a signed snapshot envelope and cache it
-          demo                      the gating story in DIR (created; two device
-                                    stores inside)
+          demo                      the gating story in DIR (a new or empty
+                                    directory; two device stores inside)
         Every verb opens the store for writing: the gate records the first launch and
         the highest time seen (its clock guard).
 
@@ -76,6 +76,7 @@ struct Gate: ParsableCommand {
     func run() throws {
         try runCommand {
             if verb == .demo {
+                try requireNewOrEmptyDirectory(directory)
                 try gatingStory(in: directory, say: printLine)
                 return
             }

@@ -185,6 +185,14 @@ enum GateCLI {
         #expect(result.stdout.contains("create home Cabin: denied: homeLimitReached"))
         #expect(result.stdout.contains("create an item in the empty Studio: denied: overLimit"))
         #expect(result.stdout.contains("after sync: A has 1, B has 1"))
+        // It wrote its device stores into any directory, a store's too (and a second run into
+        // the same one failed on the first run's snapshot); a file gave Foundation's error.
+        let again = try GateCLI.run("gate", dir.sub("demo"), "demo")
+        #expect(again.status == 1 && again.stderr == "stash: \(dir.sub("demo")) is not empty; give the demo a new or empty directory\n", "\(again.stderr)")
+        let file = dir.sub("file")
+        #expect(FileManager.default.createFile(atPath: file, contents: Data("x".utf8)))
+        let onFile = try GateCLI.run("gate", file, "demo")
+        #expect(onFile.status == 1 && onFile.stderr == "stash: \(file) is a file; give the demo a new or empty directory\n", "\(onFile.stderr)")
     }
 
     /// Several `stash` processes authorize and insert at once; each creation is one write
