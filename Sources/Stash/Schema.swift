@@ -78,11 +78,20 @@ public struct IndexSchema: Codable, Sendable, Equatable {
 ///                        {"name": "note", "kind": "string", "optional": true}],
 ///             "indexes": [{"fields": ["homeID"]}, {"fields": ["name"], "unique": true}]}]}
 /// ```
+///
+/// Decoding refuses a key the format does not know (`"fieldz"` for `"fields"`), naming it
+/// and where it stands: ignored, it would leave the type without the fields meant.
 public struct SchemaDeclaration: Codable, Sendable {
     /// The types to merge into the stored schema. Stored types not listed stay as they are.
     public var types: [TypeDeclaration]
     /// A declaration of `types` (an empty list declares nothing: the stored schema stays).
     public init(types: [TypeDeclaration]) { self.types = types }
+
+    enum CodingKeys: String, CodingKey, CaseIterable { case types }
+    public init(from decoder: any Decoder) throws {
+        try refuseUnknownKeys(decoder, CodingKeys.self)
+        types = try decoder.container(keyedBy: CodingKeys.self).decode([TypeDeclaration].self, forKey: .types)
+    }
 
     /// Throws `.incompatibleSchema` for what no store can hold: a type or a field of a type
     /// declared twice (which of the two would be meant?), an index of no fields.
@@ -144,9 +153,10 @@ public struct TypeDeclaration: Codable, Sendable {
         self.defaults = defaults
     }
 
-    enum CodingKeys: String, CodingKey { case name, fields, indexes, localOnly }
+    enum CodingKeys: String, CodingKey, CaseIterable { case name, fields, indexes, localOnly }
 
     public init(from decoder: any Decoder) throws {
+        try refuseUnknownKeys(decoder, CodingKeys.self)
         let c = try decoder.container(keyedBy: CodingKeys.self)
         name = try c.decode(String.self, forKey: .name)
         fields = try c.decodeIfPresent([FieldDeclaration].self, forKey: .fields) ?? []
@@ -216,8 +226,9 @@ public struct FieldDeclaration: Codable, Sendable, Equatable {
         self.anyKind = anyKind
     }
 
-    enum CodingKeys: String, CodingKey { case name, kind, optional, counter, `default` }
+    enum CodingKeys: String, CodingKey, CaseIterable { case name, kind, optional, counter, `default` }
     public init(from decoder: any Decoder) throws {
+        try refuseUnknownKeys(decoder, CodingKeys.self)
         let c = try decoder.container(keyedBy: CodingKeys.self)
         name = try c.decode(String.self, forKey: .name)
         defaultJSON = c.contains(.default) ? try c.decode(JSONValue.self, forKey: .default) : nil
@@ -267,8 +278,9 @@ public struct IndexDeclaration: Codable, Sendable, Equatable {
         self.unique = unique
     }
 
-    enum CodingKeys: String, CodingKey { case fields, unique }
+    enum CodingKeys: String, CodingKey, CaseIterable { case fields, unique }
     public init(from decoder: any Decoder) throws {
+        try refuseUnknownKeys(decoder, CodingKeys.self)
         let c = try decoder.container(keyedBy: CodingKeys.self)
         fields = try c.decode([String].self, forKey: .fields)
         unique = try c.decodeIfPresent(Bool.self, forKey: .unique) ?? false
@@ -345,5 +357,24 @@ public struct GenericRecord: Sendable, Equatable {
         var object: [String: JSONValue] = [:]
         for (name, value) in fields { object[name] = value.json(as: type.field(named: name)?.kind) }
         return object
+    }
+}
+
+/// Any key of a schema file's object, to find those the format does not know.
+private struct SchemaFileKey: CodingKey {
+    let stringValue: String
+    init(stringValue: String) { self.stringValue = stringValue }
+    var intValue: Int? { nil }
+    init?(intValue: Int) { nil }
+}
+
+/// Throws `DecodingError.dataCorrupted` at the first key of the object being decoded that
+/// `Keys` does not name.
+private func refuseUnknownKeys<Keys: CodingKey & CaseIterable>(_ decoder: any Decoder, _ keys: Keys.Type) throws {
+    let container = try decoder.container(keyedBy: SchemaFileKey.self)
+    let known = Keys.allCases.map(\.stringValue)
+    if let stray = container.allKeys.first(where: { !known.contains($0.stringValue) }) {
+        throw DecodingError.dataCorruptedError(forKey: stray, in: container,
+                                               debugDescription: "unknown key '\(stray.stringValue)' (the keys here: \(known.joined(separator: ", ")))")
     }
 }

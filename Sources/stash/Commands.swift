@@ -18,6 +18,7 @@ struct Init: ParsableCommand {
         A field may give "default": a value (as put reads it) for records stored
         before the field existed: {"name": "starred", "kind": "bool", "default": false}.
         A type without "localOnly" keeps what the store has (a new type is synced).
+        Any other key is refused (a misspelt one would be ignored otherwise).
         """)
 
     @Argument(help: "The store directory (created if missing).") var directory: String
