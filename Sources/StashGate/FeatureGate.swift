@@ -622,7 +622,7 @@ public final class FeatureGate: Sendable {
     ///   of its type counts by: decided without it, the record would go into a full parent.
     private func decideCreation<S: StoreReading>(_ action: GateAction, _ access: Access, _ reading: S) throws -> GateDecision {
         if action.parent == nil, let rule = rules.first(where: { $0.parentField != nil && $0.matches(action) }) {
-            throw GateError(.invalidConfiguration, "gate: \(describe(action)) names no parent, but \(rule.typeName) is limited to \(rule.maximum) per \(rule.parentField ?? "parent") on the free tier; pass the parent the record goes into (.create(\(rule.typeName).self, in: parentID), or `stash gate can-create \(rule.typeName) --in ID`)")
+            throw GateError(.invalidConfiguration, "gate: \(describe(action)) names no parent, but \(rule.typeName) is limited to \(rule.maximum) per \(rule.parentField ?? "parent") on the free tier; pass the parent the record goes into (.create(\(rule.typeName).self, in: parentID), or `stash gate DIR can-create \(rule.typeName) --in ID`)")
         }
         // The caches hold this gate's store's counts, by its history sequence: a reading of
         // another store (whose sequences mean other states) is counted afresh and not kept.

@@ -5,7 +5,7 @@ import StashSync
 
 /// Options shared by the sync commands.
 struct SyncOptions: ParsableArguments {
-    @Option(name: .long, help: "A file holding the shared sync key (HMAC-SHA256); every store of the family must use the same key.")
+    @Option(name: .long, help: "A file whose bytes, every one, are the shared sync key (HMAC-SHA256; at least 16, e.g. `head -c 32 /dev/urandom > sync.key`). Every store of the family must use the same key: copy the file, never retype it (a newline more or less is another key).")
     var keyFile: String?
 
     func key() throws -> SyncKey? {
