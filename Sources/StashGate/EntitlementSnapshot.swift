@@ -1,5 +1,6 @@
 import Crypto
 import Foundation
+import Stash
 
 /// The entitlement state last fetched from the store of record, as the app hands it over:
 /// the server's time, a sequence number that only grows, the user, and the transactions.
@@ -54,7 +55,7 @@ public struct EntitlementSnapshot: Codable, Sendable, Hashable {
             dateFromMilliseconds(try decoder.singleValueContainer().decode(Int64.self))
         }
         do { self = try decoder.decode(EntitlementSnapshot.self, from: Data(payload)) }
-        catch { throw GateError(.malformedSnapshot, "the entitlement snapshot payload is not valid: \(error)") }
+        catch { throw GateError(.malformedSnapshot, "the entitlement snapshot payload is not valid: \(describe(error, in: Data(payload)))") }
     }
 }
 
@@ -96,7 +97,7 @@ public struct SignedEntitlementSnapshot: Sendable, Hashable {
     public init(decoding bytes: [UInt8]) throws {
         let envelope: Envelope
         do { envelope = try JSONDecoder().decode(Envelope.self, from: Data(bytes)) }
-        catch { throw GateError(.malformedSnapshot, "not a signed entitlement snapshot (expected {\"keyID\", \"payload\", \"signature\"}): \(error)") }
+        catch { throw GateError(.malformedSnapshot, "not a signed entitlement snapshot (expected {\"keyID\", \"payload\", \"signature\"}): \(describe(error, in: Data(bytes)))") }
         guard let payload = Data(base64Encoded: envelope.payload), let signature = Data(base64Encoded: envelope.signature) else {
             throw GateError(.malformedSnapshot, "the signed entitlement snapshot's payload or signature is not base64")
         }

@@ -30,9 +30,7 @@ struct Init: ParsableCommand {
 
     func run() throws {
         try runCommand {
-            guard let data = FileManager.default.contents(atPath: schema) else {
-                throw CommandFailure(message: "cannot read schema file \(schema)")
-            }
+            let data = try readWholeFile(schema, "schema file ")
             let declaration: SchemaDeclaration
             do { declaration = try JSONDecoder().decode(SchemaDeclaration.self, from: data) }
             catch { throw CommandFailure(message: "schema file \(schema): \(describe(error, in: data)); see stash init --help for the format") }

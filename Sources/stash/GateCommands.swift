@@ -131,7 +131,7 @@ struct Gate: ParsableCommand {
     private func readKeys() throws -> [String: [UInt8]] {
         var keys: [String: [UInt8]] = [:]
         for file in keyFiles {
-            guard let data = FileManager.default.contents(atPath: file) else { throw CommandFailure(message: "cannot read key file \(file)") }
+            let data = try readWholeFile(file, "key file ")
             for (n, raw) in String(decoding: data, as: UTF8.self).split(whereSeparator: { $0 == "\n" || $0 == "\r\n" }).enumerated() {
                 let line = raw.trimmingCharacters(in: .whitespaces)
                 if line.isEmpty || line.hasPrefix("#") { continue }
@@ -260,7 +260,7 @@ struct Gate: ParsableCommand {
 
     private func applySnapshot(_ gate: FeatureGate) throws {
         let file = try operand(0, "a snapshot FILE")
-        guard let data = FileManager.default.contents(atPath: file) else { throw CommandFailure(message: "cannot read \(file)") }
+        let data = try readWholeFile(file)
         do {
             let decision = try gate.apply(signedBytes: Array(data))
             printLine("applied snapshot #\(decision.snapshotSequence ?? 0): \(decision)")

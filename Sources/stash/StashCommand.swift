@@ -94,6 +94,29 @@ private func writeAll(_ descriptor: Int32, _ text: String) -> Bool {
 }
 
 
+/// The whole content of the file at `path` (`what` names it in errors: "schema file "), or
+/// of standard input for `-`; a failure is one line that says why (no such file, a
+/// directory, permissions).
+func readWholeFile(_ path: String, _ what: String = "") throws -> Data {
+    let descriptor = path == "-" ? STDIN_FILENO : open(path, O_RDONLY | O_CLOEXEC)
+    let name = path == "-" ? "standard input" : "\(what)\(path)"
+    guard descriptor >= 0 else { throw CommandFailure(message: "cannot read \(name): \(String(cString: strerror(errno)))") }
+    defer { if descriptor != STDIN_FILENO { close(descriptor) } }
+    var status = stat()
+    if fstat(descriptor, &status) == 0 && status.st_mode & S_IFMT == S_IFDIR {
+        throw CommandFailure(message: "cannot read \(name): it is a directory; give a file")
+    }
+    var data = Data()
+    var chunk = [UInt8](repeating: 0, count: 1 << 16)
+    while true {
+        let count = chunk.withUnsafeMutableBytes { read(descriptor, $0.baseAddress, $0.count) }
+        if count < 0 && errno == EINTR { continue }
+        guard count >= 0 else { throw CommandFailure(message: "cannot read \(name): \(String(cString: strerror(errno)))") }
+        if count == 0 { return data }
+        data.append(contentsOf: chunk[..<count])
+    }
+}
+
 /// Opens an existing store (never creates one).
 /// `readOnly`: for commands that only look (nothing is written: a backup stays as it is, a
 /// copy keeps its site).

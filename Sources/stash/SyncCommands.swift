@@ -10,7 +10,7 @@ struct SyncOptions: ParsableArguments {
 
     func key() throws -> SyncKey? {
         guard let keyFile else { return nil }
-        guard let data = FileManager.default.contents(atPath: keyFile) else { throw CommandFailure(message: "cannot read key file \(keyFile)") }
+        let data = try readWholeFile(keyFile, "key file ")
         guard data.count >= 16 else { throw CommandFailure(message: "key file \(keyFile) holds \(data.count) bytes; use at least 16 random bytes") }
         return try SyncKey(data)
     }
@@ -147,7 +147,7 @@ struct ImportDelta: ParsableCommand {
     func run() throws {
         try runCommand {
             let store = try openExisting(directory)
-            guard let data = FileManager.default.contents(atPath: file) else { throw CommandFailure(message: "cannot read \(file)") }
+            let data = try readWholeFile(file)
             var configuration = SyncConfiguration(family: try family.map(parseID), key: try options.key())
             configuration.progress = syncProgress()
             if try SyncEngine.family(of: store) == nil {

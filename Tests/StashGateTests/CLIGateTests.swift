@@ -100,6 +100,15 @@ enum GateCLI {
         #expect(rejected.status == 1 && rejected.stderr.contains("replayedSnapshot"), "\(rejected.stderr)")
         rejected = try GateCLI.run("gate", store, "apply-snapshot", file, "--user", "u9", "--key-file", keys)
         #expect(rejected.status == 1 && rejected.stderr.contains("wrongUser"), "\(rejected.stderr)")
+        // Not an envelope at all: what is missing, not Foundation's DecodingError; an unreadable
+        // file: why ("cannot read" alone before).
+        try Data("{}".utf8).write(to: URL(fileURLWithPath: dir.sub("empty.json")))
+        rejected = try GateCLI.run("gate", store, "apply-snapshot", dir.sub("empty.json"), "--user", "u1", "--key-file", keys)
+        #expect(rejected.status == 1 && rejected.stderr.hasSuffix("(expected {\"keyID\", \"payload\", \"signature\"}): missing field 'keyID'\n"), "\(rejected.stderr)")
+        rejected = try GateCLI.run("gate", store, "apply-snapshot", dir.sub("nothing.json"), "--user", "u1", "--key-file", keys)
+        #expect(rejected.status == 1 && rejected.stderr == "stash: cannot read \(dir.sub("nothing.json")): No such file or directory\n", "\(rejected.stderr)")
+        rejected = try GateCLI.run("gate", store, "status", "--user", "u1", "--key-file", dir.path)
+        #expect(rejected.status == 1 && rejected.stderr == "stash: cannot read key file \(dir.path): it is a directory; give a file\n", "\(rejected.stderr)")
         #expect(try GateCLI.run("gate", store, "status", "--user", "u1", "--key-file", keys).stdout.contains("#3"))
         // Errors are one line.
         let bad = try GateCLI.run("gate", store, "can-create", "Nope")
