@@ -81,7 +81,12 @@ func printError(_ text: String) {
 
 /// `write(2)` until every byte is out; false (with `errno`) on an error.
 private func writeAll(_ descriptor: Int32, _ text: String) -> Bool {
-    var bytes = Array(text.utf8)[...]
+    writeAll(descriptor, Array(text.utf8))
+}
+
+/// `write(2)` of `data` until every byte is out; false (with `errno`) on an error.
+func writeAll(_ descriptor: Int32, _ data: [UInt8]) -> Bool {
+    var bytes = data[...]
     while !bytes.isEmpty {
         let written = bytes.withUnsafeBytes { write(descriptor, $0.baseAddress, $0.count) }
         if written < 0 {

@@ -117,20 +117,32 @@ struct ExportDelta: ParsableCommand {
         discussion: "The peer's watermark moves only when the peer imports the file and syncs back; exporting twice is harmless.")
     @Argument(help: "The store directory.") var directory: String
     @Option(help: "The peer's site id (from `stash peers` or `stash stat` on the peer).") var peer: String
-    @Option(name: .shortAndLong, help: "The delta file to write.") var output: String
+    @Option(name: .shortAndLong, help: "The delta file to write (replaced atomically), or - for standard output.") var output: String
     @Option(help: "The family id to adopt (a UUID), for a store that has none.") var family: String?
     @OptionGroup var options: SyncOptions
 
     func run() throws {
         try runCommand {
+            // Checked before the engine, which may adopt the family (a write).
+            var isDirectory: ObjCBool = false
+            if output != "-", FileManager.default.fileExists(atPath: output, isDirectory: &isDirectory), isDirectory.boolValue {
+                throw CommandFailure(message: "cannot write \(output): it is a directory; name the delta file to write")
+            }
             let store = try openExisting(directory)
-            let peerSite = try parseID(peer)   // before the engine, which may adopt the family (a write)
+            let peerSite = try parseID(peer)
             let engine = try syncEngine(store, family: try family.map(parseID), key: try options.key())
             let delta = try engine.makeDelta(for: peerSite)
             let data = delta.encoded(key: try options.key())
+            let summary = "\(delta.entries.count) record states, history \(delta.from)...\(delta.to)\(delta.isFullSnapshot ? " (full snapshot)" : ""), \(data.count) bytes"
+            if output == "-" {
+                // The delta is standard output; what was written goes to standard error.
+                guard writeAll(STDOUT_FILENO, Array(data)) else { throw CommandFailure(message: "cannot write the delta to standard output: \(String(cString: strerror(errno)))") }
+                printError("wrote \(summary) to standard output")
+                return
+            }
             do { try data.write(to: URL(fileURLWithPath: output), options: .atomic) }
             catch { throw CommandFailure(message: "cannot write \(output): \(error.localizedDescription)") }
-            printLine("wrote \(output): \(delta.entries.count) record states, history \(delta.from)...\(delta.to)\(delta.isFullSnapshot ? " (full snapshot)" : ""), \(data.count) bytes")
+            printLine("wrote \(output): \(summary)")
         }
     }
 }

@@ -120,6 +120,39 @@ import StashTestSupport
         #expect(!(try stash("sync", a, b).stdout.contains("parked delta(s)")), "reported once")
     }
 
+    /// `-o -` wrote a file named "-" and an import of "-" could not read it; `-o DIR` failed
+    /// with Foundation's "NSCocoaErrorDomain error 512" after the store had adopted --family.
+    /// Now a delta goes through a pipe (the summary on standard error), and a directory as
+    /// the output is refused before anything is written.
+    @Test func aDeltaGoesThroughAPipe() throws {
+        let dir = TemporaryDirectory("sync-cli-pipe")
+        let a = try makeStore(dir, "a"), b = try makeStore(dir, "b")
+        for n in 0..<3 { #expect(try stash("put", a, "Note", #"{"title": "p\#(n)"}"#).status == 0) }
+        let family = RecordID().description
+        let bSite = try Store.open(at: b).siteID.description
+        let pipe = Process()
+        pipe.executableURL = URL(fileURLWithPath: "/bin/sh")
+        pipe.arguments = ["-c", "\"$0\" export-delta \"$1\" --peer \"$2\" --family \"$3\" -o - | \"$0\" import-delta \"$4\" -",
+                          StashExecutable.url.path, a, bSite, family, b]
+        let errors = Pipe(), output = Pipe()
+        pipe.standardError = errors
+        pipe.standardOutput = output
+        try pipe.run()
+        pipe.waitUntilExit()
+        let stderr = String(decoding: errors.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        let stdout = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        #expect(pipe.terminationStatus == 0, "\(stderr)")
+        #expect(stderr.contains("wrote 3 record states") && stderr.contains("to standard output"), "\(stderr)")
+        #expect(stdout.contains("applied"), "\(stdout)")
+        #expect(try stash("count", b, "Note").stdout == "3\n")
+        #expect(!FileManager.default.fileExists(atPath: FileManager.default.currentDirectoryPath + "/-"))
+
+        let c = try makeStore(dir, "c")
+        let refused = try stash("export-delta", c, "--peer", bSite, "--family", family, "-o", dir.path)
+        #expect(refused.status == 1 && refused.stderr == "stash: cannot write \(dir.path): it is a directory; name the delta file to write\n", "\(refused.stderr)")
+        #expect(try SyncEngine.family(of: Store.open(at: c)) == nil, "the refused export adopted the family")
+    }
+
     @Test func relaySyncFromTheCommandLine() throws {
         let dir = TemporaryDirectory("relay-cli")
         let a = try makeStore(dir, "a"), b = try makeStore(dir, "b")
