@@ -248,7 +248,8 @@ public struct RelayTransport: SyncTransport {
     private func checkAvailable() throws {
         var isDirectory: ObjCBool = false
         guard FileManager.default.fileExists(atPath: directory.path, isDirectory: &isDirectory), isDirectory.boolValue else {
-            throw SyncError(.transportFailed, "relay \(directory.path) is unavailable (no such directory); changes stay pending")
+            let what = FileManager.default.fileExists(atPath: directory.path) ? "a file, not a directory" : "no such directory"
+            throw SyncError(.transportFailed, "relay \(directory.path) is unavailable (\(what)); changes stay pending")
         }
     }
 

@@ -80,6 +80,10 @@ struct Gate: ParsableCommand {
                 try gatingStory(in: directory, say: printLine)
                 return
             }
+            let expected = [.status: 0, .canCreate: 1, .create: 2, .applySnapshot: 1][verb] ?? 0
+            if operands.count > expected {
+                throw CommandFailure(message: "gate \(verb.rawValue) takes \(expected) operand(s), not \(operands.count) (\(operands.dropFirst(expected).map { "'\($0)'" }.joined(separator: ", ")) left over); quote a JSON record as one argument")
+            }
             let store = try openExisting(directory)
             let gate = try FeatureGate.open(store, configuration: try configuration(for: store))
             switch verb {
@@ -219,7 +223,7 @@ struct Gate: ParsableCommand {
         guard gate.store.schema.type(named: type) != nil else {
             throw StoreError(.unknownType, "store \(gate.store.path) has no record type '\(type)'")
         }
-        let decision = gate.check(.create(typeNamed: type, in: try parent.map(parseID)))
+        let decision = gate.check(.create(typeNamed: type, in: try parent.map { try parseID($0) }))
         printLine(decision.description)
         if !decision.isAllowed { Foundation.exit(3) }
     }

@@ -151,12 +151,16 @@ func progressReporter() -> @Sendable (StoreProgress) -> Void {
     }
 }
 
-func parseID(_ text: String) throws -> RecordID {
+/// `text` as an id; `what` names it in the error ("a family id", "a site id").
+func parseID(_ text: String, as what: String = "a record id") throws -> RecordID {
     guard let id = RecordID(string: text) else {
-        throw CommandFailure(message: "'\(text)' is not a record id (expected a UUID such as 0192f1c2-7b3a-7000-8000-000000000001)")
+        throw CommandFailure(message: "'\(text)' is not \(what) (expected a UUID such as 0192f1c2-7b3a-7000-8000-000000000001)")
     }
     return id
 }
+
+/// ``parseID(_:as:)`` of a `--family`.
+func parseFamily(_ text: String) throws -> RecordID { try parseID(text, as: "a family id") }
 
 /// Parses a command-line scalar for a field of `kind`: strings as given, others as JSON;
 /// `null` is no value. A value in JSON double quotes is that string exactly, so that a string

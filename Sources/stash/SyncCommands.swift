@@ -65,7 +65,7 @@ struct Sync: ParsableCommand {
         try runCommand {
             let key = try options.key()
             let store = try openExisting(directory)
-            let wanted = try family.map(parseID)
+            let wanted = try family.map(parseFamily)
             if let other {
                 let peerStore = try openExisting(other)
                 if peerStore.path == store.path {
@@ -129,8 +129,8 @@ struct ExportDelta: ParsableCommand {
                 throw CommandFailure(message: "cannot write \(output): it is a directory; name the delta file to write")
             }
             let store = try openExisting(directory)
-            let peerSite = try parseID(peer)
-            let engine = try syncEngine(store, family: try family.map(parseID), key: try options.key())
+            let peerSite = try parseID(peer, as: "a site id (the peer's, as `stash peers` or `stash stat` shows it)")
+            let engine = try syncEngine(store, family: try family.map(parseFamily), key: try options.key())
             let delta = try engine.makeDelta(for: peerSite)
             let data = delta.encoded(key: try options.key())
             let summary = "\(delta.entries.count) record states, history \(delta.from)...\(delta.to)\(delta.isFullSnapshot ? " (full snapshot)" : ""), \(data.count) bytes"
@@ -160,7 +160,7 @@ struct ImportDelta: ParsableCommand {
         try runCommand {
             let store = try openExisting(directory)
             let data = try readWholeFile(file)
-            var configuration = SyncConfiguration(family: try family.map(parseID), key: try options.key())
+            var configuration = SyncConfiguration(family: try family.map(parseFamily), key: try options.key())
             configuration.progress = syncProgress()
             if try SyncEngine.family(of: store) == nil {
                 // A first import joins the delta's family; a file that is no delta (or needs a

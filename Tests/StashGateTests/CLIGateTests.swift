@@ -110,6 +110,9 @@ enum GateCLI {
         rejected = try GateCLI.run("gate", store, "status", "--user", "u1", "--key-file", dir.path)
         #expect(rejected.status == 1 && rejected.stderr == "stash: cannot read key file \(dir.path): it is a directory; give a file\n", "\(rejected.stderr)")
         #expect(try GateCLI.run("gate", store, "status", "--user", "u1", "--key-file", keys).stdout.contains("#3"))
+        // A word too many was ignored: `status extra` ran as `status`.
+        rejected = try GateCLI.run("gate", store, "status", "extra", "--user", "u1", "--key-file", keys)
+        #expect(rejected.status == 1 && rejected.stderr.contains("gate status takes 0 operand(s), not 1 ('extra' left over)"), "\(rejected.stderr)")
         // Errors are one line.
         let bad = try GateCLI.run("gate", store, "can-create", "Nope")
         #expect(bad.status == 1 && bad.stderr.split(separator: "\n").count == 1)

@@ -147,6 +147,17 @@ import StashTestSupport
         #expect(try stash("count", b, "Note").stdout == "3\n")
         #expect(!FileManager.default.fileExists(atPath: FileManager.default.currentDirectoryPath + "/-"))
 
+        // Ids say what they should be.
+        let badFamily = try stash("export-delta", a, "--peer", bSite, "--family", "notauuid", "-o", dir.sub("x.delta"))
+        #expect(badFamily.status == 1 && badFamily.stderr.hasPrefix("stash: 'notauuid' is not a family id"), "\(badFamily.stderr)")
+        let badPeer = try stash("export-delta", a, "--peer", "notuuid", "-o", dir.sub("x.delta"))
+        #expect(badPeer.status == 1 && badPeer.stderr.hasPrefix("stash: 'notuuid' is not a site id"), "\(badPeer.stderr)")
+        // A relay that is a file is called a file (it said "no such directory").
+        let relayFile = dir.sub("relay-file")
+        #expect(FileManager.default.createFile(atPath: relayFile, contents: Data("x".utf8)))
+        let onFile = try stash("sync", a, "--relay", relayFile)
+        #expect(onFile.status == 1 && onFile.stderr.contains("(a file, not a directory)"), "\(onFile.stderr)")
+
         let c = try makeStore(dir, "c")
         let refused = try stash("export-delta", c, "--peer", bSite, "--family", family, "-o", dir.path)
         #expect(refused.status == 1 && refused.stderr == "stash: cannot write \(dir.path): it is a directory; name the delta file to write\n", "\(refused.stderr)")
