@@ -25,7 +25,7 @@ struct Demo: ParsableCommand {
         abstract: "Run the built-in story on a store in a temporary directory and print what happens.")
 
     @Option(help: "Use this directory instead of a temporary one (kept afterwards).") var directory: String?
-    @Option(help: "Items per home.") var items: Int = 40
+    @Option(help: "Items in the first home (each further home gets 5 more).") var items: Int = 40
 
     func validate() throws {
         guard (0...1_000_000).contains(items) else { throw ValidationError("--items must be 0...1000000, not \(items)") }

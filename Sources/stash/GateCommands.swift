@@ -19,7 +19,7 @@ struct Gate: ParsableCommand {
                                     exit 0 yes, 3 no; the per-parent limited type
                                     needs --in
           create TYPE JSON          authorize and insert in ONE write transaction
-                                    (prints the id); with --repeat N, N transactions,
+                                    (prints created ID); with --repeat N, N transactions,
                                     "{n}" in JSON replaced by 0..N-1; exit 3 when a
                                     creation was denied
           apply-snapshot FILE       verify a signed snapshot envelope and cache it
