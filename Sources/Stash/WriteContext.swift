@@ -777,6 +777,11 @@ final class WriteContext: FieldTagResolver {
         let values = try index.fields.map { "\($0) = \(try fieldValue($0, layout, new).json.text)" }.joined(separator: ", ")
         let kept = keptUniqueIndexes.contains("\(layout.schema.name).\(index.name)")
             ? " (this app declares the index plain, but the store keeps it unique: set StoreOptions.relaxesUniqueIndexes to relax it)" : ""
+        // A holder this transaction inserted is not stored yet: "update that record" would send
+        // the caller looking for a record that does not exist (two lines of one load, say).
+        if changes.contains(where: { $0.typeTag == layout.schema.tag && $0.id == holder && $0.operation == .insert }) {
+            return StoreError(.uniqueViolation, "store \(path): \(layout.schema.name) \(holder), inserted earlier in this same transaction, already has \(values) (unique index \(index.name))\(kept); two records of one transaction cannot share it: give them different values")
+        }
         return StoreError(.uniqueViolation, "store \(path): \(layout.schema.name) \(holder) already has \(values) (unique index \(index.name))\(kept); update that record instead")
     }
 

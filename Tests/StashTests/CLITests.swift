@@ -307,10 +307,15 @@ import StashTestSupport
         let all = try StashCLI.run("load", store, "Item", "-", stdin: lines.joined(separator: "\n"))
         #expect(all.status != 0)
         #expect(all.stderr.contains("line 25") && all.stderr.contains("nothing was written"), "\(all.stderr)")
+        // The record it clashes with is line 4's, never stored: it said "update that record
+        // instead", of a record the user would not find.
+        #expect(all.stderr.contains("inserted earlier in this same transaction") && !all.stderr.contains("update that record"), "\(all.stderr)")
         #expect(try StashCLI.run("count", store, "Item").stdout == "0\n")
         let batched = try StashCLI.run("load", store, "Item", "-", "--batch", "10", stdin: lines.joined(separator: "\n"))
         #expect(batched.status != 0)
         #expect(batched.stderr.contains("line 25") && batched.stderr.contains("the first 20 records were committed"), "\(batched.stderr)")
+        // In batches, line 4's record was committed by the first: that one is stored.
+        #expect(batched.stderr.contains("update that record instead") && !batched.stderr.contains("same transaction"), "\(batched.stderr)")
         #expect(try StashCLI.run("count", store, "Item").stdout == "20\n")
     }
 
