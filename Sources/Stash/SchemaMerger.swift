@@ -226,7 +226,7 @@ struct SchemaMerger {
                 return true
             }
             if lacking > 0 {
-                throw StoreError(.incompatibleSchema, "store \(path): \(stored.name).\(field.name) was optional and is declared non-optional now, but \(lacking) of the \(storedCount) stored \(stored.name) records have no value (nil); keep it optional, or give those records a value with a Migration\(hasDefault ? "" : " or set \(stored.name).fieldDefaults[\"\(field.name)\"]")")
+                throw StoreError(.incompatibleSchema, "store \(path): \(stored.name).\(field.name) was optional and is declared non-optional now, but \(lacking) of the \(storedCount) stored \(stored.name) records have no value (nil); keep it optional, or give those records a value with a Migration\(hasDefault ? "" : " or set \(stored.name).fieldDefaults[\"\(field.name)\"] (in a schema file, \"default\" on the field)")")
             }
         }
     }
@@ -370,7 +370,7 @@ struct SchemaMerger {
                     schema.types[t].fields[f].counter = field.counter ? true : nil
                 } else {
                     if !field.optional && storedCount > 0 && declaration.defaults[field.name] == nil {
-                        throw StoreError(.incompatibleSchema, "store \(path): \(name).\(field.name) is new and not optional, but \(storedCount) stored \(name) records lack it; make it optional or set \(name).fieldDefaults[\"\(field.name)\"]")
+                        throw StoreError(.incompatibleSchema, "store \(path): \(name).\(field.name) is new and not optional, but \(storedCount) stored \(name) records lack it; make it optional or set \(name).fieldDefaults[\"\(field.name)\"] (in a schema file, \"default\" on the field)")
                     }
                     let tag = schema.types[t].nextFieldTag
                     schema.types[t].fields.append(FieldSchema(name: field.name, tag: tag, kind: field.anyKind ? nil : field.kind,

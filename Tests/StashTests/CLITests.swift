@@ -553,6 +553,14 @@ import StashTestSupport
             #expect(!FileManager.default.fileExists(atPath: dir.sub("s\(n)")), "\(schema) created a store")
         }
         let store = try StashCLI.makeStore(in: dir)
+        // A new required field on a type with records: the advice names the schema file's
+        // spelling too (it named only the Swift API's, Home.fieldDefaults["rooms"]).
+        #expect(try StashCLI.run("put", store, "Home", #"{"name": "Flat"}"#).status == 0)
+        let required = dir.sub("required.json")
+        try #"{"types": [{"name": "Home", "fields": [{"name": "name", "kind": "string"}, {"name": "rooms", "kind": "int"}]}]}"#
+            .write(toFile: required, atomically: true, encoding: .utf8)
+        let added = try StashCLI.run("init", store, "--schema", required)
+        #expect(added.status == 1 && added.stderr.contains(#"(in a schema file, "default" on the field)"#), "\(added.stderr)")
         let put = try StashCLI.run("put", store, "Home", #"{"name": Flat}"#)
         #expect(put.status == 1 && put.stderr.contains("malformed JSON: invalid value around character 9"), "\(put.stderr)")
         let load = try StashCLI.run(["load", store, "Home", "-"], stdin: "{\"name\": \"A\"}\n{\"name\": \n")
