@@ -16,25 +16,32 @@ struct SyncOptions: ParsableArguments {
     }
 }
 
-/// An engine for a store opened by the CLI; the family is adopted when given.
-func syncEngine(_ store: Store, family: RecordID?, key: SyncKey?) throws -> SyncEngine {
+/// An engine for a store opened by the CLI; the family is adopted when given. `say` prints
+/// what opening it did (standard error where standard output carries a delta).
+func syncEngine(_ store: Store, family: RecordID?, key: SyncKey?, say: (String) -> Void = printLine) throws -> SyncEngine {
     let engine: SyncEngine
     var configuration = SyncConfiguration(family: family, key: key)
     configuration.progress = syncProgress()   // a first sync or a full snapshot of a big store takes a while
-    // Opening sync retries the parked deltas: those the schema reads now are applied there,
-    // before the command's own exchange (which then finds them applied), so say so here.
-    let parkedBefore = SyncEngine.parkedDeltas(of: store)
-    do { engine = try SyncEngine(store: store, configuration: configuration) }
+    do { engine = try openSync(store, configuration, say: say) }
     catch let error as SyncError where error.code == .noFamily {
         throw CommandFailure(message: "\(store.path) has no sync family yet; pass --family UUID (the same for every store that syncs together)")
     }
     guard engine.isEnabled else {
         throw CommandFailure(message: "sync is off for \(store.path) (its preference); nothing was exchanged and every change stays local")
     }
+    return engine
+}
+
+/// `SyncEngine(store:configuration:)`. Opening sync retries the parked deltas: those the
+/// schema reads now are applied there, before the command's own exchange (which then finds
+/// them applied), so `say` is told which.
+func openSync(_ store: Store, _ configuration: SyncConfiguration, say: (String) -> Void) throws -> SyncEngine {
+    let parkedBefore = SyncEngine.parkedDeltas(of: store)
+    let engine = try SyncEngine(store: store, configuration: configuration)
     let stillParked = Set(engine.parkedDeltas())
     let applied = parkedBefore.filter { !stillParked.contains($0) }
     if !applied.isEmpty {
-        printLine("\(store.path): applied \(applied.count) parked delta(s) that its schema reads now: \(applied.joined(separator: ", "))")
+        say("\(store.path): applied \(applied.count) parked delta(s) that its schema reads now: \(applied.joined(separator: ", "))")
     }
     return engine
 }
@@ -130,7 +137,8 @@ struct ExportDelta: ParsableCommand {
             }
             let store = try openExisting(directory)
             let peerSite = try parseID(peer, as: "a site id (the peer's, as `stash peers` or `stash stat` shows it)")
-            let engine = try syncEngine(store, family: try family.map(parseFamily), key: try options.key())
+            let engine = try syncEngine(store, family: try family.map(parseFamily), key: try options.key(),
+                                        say: output == "-" ? printError : printLine)
             let delta = try engine.makeDelta(for: peerSite)
             let data = delta.encoded(key: try options.key())
             let summary = "\(delta.entries.count) record states, history \(delta.from)...\(delta.to)\(delta.isFullSnapshot ? " (full snapshot)" : ""), \(data.count) bytes"
@@ -172,7 +180,7 @@ struct ImportDelta: ParsableCommand {
                 }
                 configuration.family = family
             }
-            let engine = try SyncEngine(store: store, configuration: configuration)
+            let engine = try openSync(store, configuration, say: printLine)
             guard engine.isEnabled else { throw CommandFailure(message: "sync is off for \(store.path); the delta was not applied") }
             switch try engine.apply(data, name: (file as NSString).lastPathComponent) {
             case .applied(let entries, let changed, let clashes):

@@ -118,6 +118,20 @@ import StashTestSupport
         #expect(again.stdout.contains("\(b): applied 1 parked delta(s) that its schema reads now"), "\(again.stdout)")
         #expect(try stash("count", b, "Tag").stdout == "1\n")
         #expect(!(try stash("sync", a, b).stdout.contains("parked delta(s)")), "reported once")
+
+        // The same through import-delta: parked on import, applied when the next import opens sync.
+        let c = try makeStore(dir, "c")
+        let cSite = try Store.open(at: c).siteID.description
+        let family = try #require(try SyncEngine.family(of: Store.open(at: a))).description
+        #expect(try stash("put", a, "Tag", #"{"label": "u"}"#).status == 0)
+        let file = dir.sub("for-c.delta")
+        #expect(try stash("export-delta", a, "--peer", cSite, "-o", file).status == 0)
+        let parked = try stash("import-delta", c, file, "--family", family)
+        #expect(parked.status == 0 && parked.stdout.contains("parked until the schema catches up"), "\(parked.stdout) \(parked.stderr)")
+        #expect(try stash("init", c, "--schema", wider).status == 0)
+        let imported = try stash("import-delta", c, file)
+        #expect(imported.stdout.contains("\(c): applied 1 parked delta(s)") && imported.stdout.contains("already applied"), "\(imported.stdout)")
+        #expect(try stash("count", c, "Tag").stdout == "2\n")
     }
 
     /// `-o -` wrote a file named "-" and an import of "-" could not read it; `-o DIR` failed
