@@ -56,15 +56,14 @@ struct Init: ParsableCommand {
         catch let error as StoreError where error.code == .readOnly || error.code == .notAStore { return nil }
     }
 
-    /// What the command line could never use, refused before anything is written: the same
-    /// type twice, a nameless type or field, a field named "id" (the record id's name), and
-    /// an index on a field neither the file nor the store declares (a typo: records written
-    /// here must use declared fields, so the index would stay empty).
+    /// What the command line could never use, refused before anything is written: a
+    /// nameless type or field, a field named "id" (the record id's name), and an index on a
+    /// field neither the file nor the store declares (a typo: records written here must use
+    /// declared fields, so the index would stay empty). A type or field twice `Store.open`
+    /// refuses, before it makes any file.
     private func check(_ declaration: SchemaDeclaration, stored: StoreSchema?) throws {
-        var seen: Set<String> = []
         for type in declaration.types {
             guard !type.name.isEmpty else { throw CommandFailure(message: "schema file \(schema): a type has an empty name") }
-            guard seen.insert(type.name).inserted else { throw CommandFailure(message: "schema file \(schema): type \(type.name) is listed twice") }
             var fields: Set<String> = Set(stored?.type(named: type.name)?.fields.map(\.name) ?? [])
             for field in type.fields {
                 guard !field.name.isEmpty, field.name != "id" else {
