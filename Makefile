@@ -31,11 +31,22 @@ demo: deps
 	$$($(SWIFT) build --show-bin-path)/stash demo
 
 # The whole test suite, then a build of the benchmark package so it never rots
-# (running it is `make bench`; `make bench-smoke` runs a tiny configuration).
+# (running it is `make bench`; `make bench-smoke` runs a tiny configuration). The last line
+# says how many tests ran and how long they took, from swift test's own summary (its output
+# is kept in .build/test-output.txt); a failing run still exits with swift test's status.
+TEST_LOG := .build/test-output.txt
 test: deps-test deps-bench
 	$(SWIFT) build --build-tests
-	$(SWIFT) test --skip-build
+	@start=$$(date +%s); \
+	{ $(SWIFT) test --skip-build; echo $$? > $(TEST_LOG).status; } 2>&1 | tee $(TEST_LOG); \
+	status=$$(cat $(TEST_LOG).status); seconds=$$(( $$(date +%s) - start )); \
+	run=$$(sed -nE 's/.*Test run with ([0-9]+ tests? in [0-9]+ suites?) (passed|failed) after [0-9.]+ seconds?( with ([0-9]+ issues?))?.*/\1 \2\3/p' $(TEST_LOG) | tail -n 1); \
+	if [ -n "$$run" ]; then summary="make test: $$run in $$seconds s"; \
+	else summary="make test: swift test stopped before its summary line after $$seconds s (see $(TEST_LOG))"; fi; \
+	if [ "$$status" -ne 0 ]; then echo "$$summary; exit status $$status"; exit $$status; fi; \
+	echo "$$summary" > $(TEST_LOG).summary
 	$(SWIFT) build --package-path Benchmarks
+	@cat $(TEST_LOG).summary
 
 # Benchmarks: Stash against raw LMDB and GRDB/SQLite in one run (see BENCHMARKS.md).
 # The suite is its own package in Benchmarks/ (package-benchmark + GRDB are never built for

@@ -10,10 +10,15 @@ import StashTestSupport
 ///
 /// CI runs `STASH_SYNC_SCHEDULES` schedules (default 2,000) from fixed seeds; a failure
 /// prints its seed. Run more with e.g. `STASH_SYNC_SCHEDULES=20000 swift test --filter Convergence`.
+/// The run takes minutes, so it says how far it has come on standard error every
+/// ``progressEvery`` schedules.
 @Suite struct ConvergenceTests {
+    static let progressEvery = 100
+
     @Test func randomSchedulesConverge() throws {
         let schedules = Int(ProcessInfo.processInfo.environment["STASH_SYNC_SCHEDULES"] ?? "") ?? 2_000
         let base = UInt64(ProcessInfo.processInfo.environment["STASH_SYNC_SEED"] ?? "") ?? 20_261_122
+        let start = ContinuousClock.now
         for n in 0..<UInt64(schedules) {
             let seed = base &+ n
             do {
@@ -21,6 +26,11 @@ import StashTestSupport
             } catch {
                 Issue.record("schedule with seed \(seed) failed: \(error) — rerun with STASH_SYNC_SEED=\(seed) STASH_SYNC_SCHEDULES=1")
                 return
+            }
+            let done = Int(n) + 1
+            if done % Self.progressEvery == 0 || done == schedules {
+                let seconds = (ContinuousClock.now - start).components.seconds
+                FileHandle.standardError.write(Data("randomSchedulesConverge: \(done)/\(schedules) schedules converged, \(seconds) s\n".utf8))
             }
         }
     }
