@@ -9,10 +9,25 @@ final class Catalog: Sendable {
     let generation: UInt64
     let layoutsByName: [String: TypeLayout]
     let layoutsByTag: [UInt16: TypeLayout]
+    /// The types and fields kept for other replicas without a declaration here.
+    let carried: CarriedSchema
+    /// The name of each tag of ``CarriedSchema/types``.
+    let carriedNamesByTag: [UInt16: String]
 
-    init(schema: StoreSchema, generation: UInt64) {
+    /// The name of the type whose states are kept under `tag`: a type of the schema, or one
+    /// carried (or carried once, and declared since); nil for neither.
+    func typeName(tagged tag: UInt16) -> String? {
+        layoutsByTag[tag]?.schema.name ?? carriedNamesByTag[tag]
+    }
+
+    /// Whether `name` is a type this store carries without declaring it.
+    func isCarriedType(_ name: String) -> Bool { layoutsByName[name] == nil && carried.types[name] != nil }
+
+    init(schema: StoreSchema, generation: UInt64, carried: CarriedSchema = CarriedSchema()) {
         self.schema = schema
         self.generation = generation
+        self.carried = carried
+        carriedNamesByTag = Dictionary(carried.types.map { ($0.value, $0.key) }, uniquingKeysWith: { a, _ in a })
         var byName: [String: TypeLayout] = [:], byTag: [UInt16: TypeLayout] = [:]
         for type in schema.types {
             let layout = TypeLayout(type)
@@ -111,6 +126,11 @@ enum MetaKey {
     static let format = Array("format".utf8)
     static let schema = Array("schema".utf8)
     static let schemaGeneration = Array("schemaGeneration".utf8)
+    /// How far ahead each site's clock was found to run, as versions arrived from it
+    /// (JSON: site id text → clock units).
+    static let clockAhead = Array("clockAhead".utf8)
+    /// ``CarriedSchema`` (JSON); changed with the schema generation.
+    static let carriedSchema = Array("carriedSchema".utf8)
     static let storeID = Array("storeID".utf8)
     static let siteID = Array("siteID".utf8)
     /// The data file the site id belongs to (inode, birth seconds, birth nanoseconds; 24 bytes

@@ -75,6 +75,13 @@ extension FieldValue: Codable {
     }
 }
 
+extension FieldValue: CustomStringConvertible {
+    /// The value as compact JSON (``json``): dates as ISO 8601, and NaN, the infinities and
+    /// dates out of the calendar's range in the tagged forms `dump` prints. Safe for any value,
+    /// so error messages can name what a damaged or hostile input holds.
+    public var description: String { json.text }
+}
+
 /// The kind of a field, as recorded in the stored schema.
 public enum FieldKind: String, Codable, Sendable, CaseIterable {
     case bool, int, double, string, bytes, uuid, date, array, map

@@ -162,7 +162,8 @@ extension HistoryEntry {
         let stored = try decodeStored(bytes)
         let changes = stored.changes.map { change -> HistoryChange in
             let type = catalog.layoutsByTag[change.typeTag]?.schema
-            return HistoryChange(type: type?.name ?? "#\(change.typeTag)", id: change.id, operation: change.operation,
+            // A tag of a type carried without a declaration (``CarriedSchema``) names it too.
+            return HistoryChange(type: type?.name ?? catalog.carriedNamesByTag[change.typeTag] ?? "#\(change.typeTag)", id: change.id, operation: change.operation,
                                  fields: change.fieldTags.map { tag in type?.field(tagged: tag)?.name ?? "#\(tag)" },
                                  origin: change.origin ?? stored.origin)
         }

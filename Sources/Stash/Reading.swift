@@ -100,6 +100,12 @@ public struct RecordReader {
     /// the field table when a field the decoder took as absent is stored after all (a type
     /// that writes fields in another order than it reads them).
     private func decodeFields<R: Record>(_ type: R.Type, _ bytes: [UInt8], _ id: RecordID, _ layout: TypeLayout) throws -> R {
+        try Self.decodeFields(type, bytes, id, layout)
+    }
+
+    /// ``decodeFields(_:_:_:_:)`` without a reader (a merge checks with it that what it writes
+    /// reads back through the app's type).
+    static func decodeFields<R: Record>(_ type: R.Type, _ bytes: [UInt8], _ id: RecordID, _ layout: TypeLayout) throws -> R {
         let decoder = try RecordDecoder(bytes: bytes, id: id, layout: layout)
         do {
             let record = try R(from: decoder)

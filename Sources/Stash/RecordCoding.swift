@@ -378,6 +378,14 @@ final class TypeLayout: Sendable {
     /// schema's is precomposed, from another source's delta) has another length, so a miss of
     /// the search by length asks the dictionary (a miss is rare: a field new to the schema).
     @inline(__always)
+    /// Whether the field at `slot` stores `value` as it is: a null, a value of the field's
+    /// kind, any value in a field of any kind or of no kind known yet. A value of another kind
+    /// (another replica stores the field in another kind) is carried beside the record instead.
+    func holds(_ value: FieldValue, at slot: Int) -> Bool {
+        guard let kind = value.kind, !anyKinds[slot], let stored = kinds[slot] else { return true }
+        return kind == stored
+    }
+
     func slot(of name: String, hint: Int) -> Int? {
         if hint < names.count, names[hint] == name { return hint }
         guard names.count <= 16 else { return slotsByName[name] }

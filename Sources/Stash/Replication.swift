@@ -96,6 +96,27 @@ public struct Counter: Codable, Sendable, Hashable, CustomStringConvertible {
     }
 
     public var description: String { "\(value)" }
+
+    /// Why `value` is not a counter's state as a ``Counter`` stores it — `{"sites": {SITE:
+    /// {"increments": n, "decrements": m}}}`, each site a non-empty text and each total a
+    /// whole number of at least 0 (totals only grow from 0) — or nil when it is one. What a
+    /// counter field holds must pass: a typed read of the record, and every merge of the
+    /// field, fail on anything else. O(sites).
+    public static func problem(in value: FieldValue) -> String? {
+        guard case .map(let top) = value else { return "\(value.kind?.rawValue ?? "null") instead of a map" }
+        guard top.count == 1, case .map(let sites)? = top["sites"] else {
+            return "not a map holding \"sites\" alone (keys: \(top.keys.sorted().joined(separator: ", ")))"
+        }
+        for (site, totals) in sites {
+            guard !site.isEmpty else { return "a site with an empty name" }
+            guard case .map(let entries) = totals, entries.count == 2,
+                  case .int(let increments)? = entries["increments"], case .int(let decrements)? = entries["decrements"] else {
+                return "site \(site.prefix(40)): not {\"increments\": n, \"decrements\": m} with whole numbers"
+            }
+            guard increments >= 0, decrements >= 0 else { return "site \(site.prefix(40)): a negative total" }
+        }
+        return nil
+    }
 }
 
 /// `a + b`, or the end of `Int64`'s range it passed.
@@ -226,18 +247,32 @@ public struct FieldState: Sendable, Equatable {
 }
 
 /// The stored versions of one record (database `versions`, key = record key):
-/// `[1] [incarnation?] [tombstone?] [distinct versions] [field count] {[tag] [version index]}`.
+/// `[1] [flags] [distinct versions] [incarnation?] [tombstone?] [field count] {[tag] [version index]}`,
+/// or, for a record that carries fields its schema does not hold (``carried``), `[2]`, the
+/// same, then `[carried count] {[name] [version index] [value]}` with names in order.
 /// Fields written in one transaction share a version, so each record stores each distinct
 /// version once and one small index per field.
 struct RecordVersions: Equatable {
     var incarnation: Version?
     var tombstone: Version?
     var fields: FieldVersions
+    /// Field values this replica received but does not store in the record: a name its schema
+    /// does not declare (another version of the app declares it), or a value of another kind
+    /// than the field's here. Kept with their versions and sent on, as protobuf keeps unknown
+    /// fields, so that no replica loses what another wrote; a later declaration reads them.
+    /// For a record of a type the schema does not declare, every field is carried.
+    var carried: [String: FieldState] = [:]
 
     func encoded() -> [UInt8] {
         var w = ByteWriter(capacity: 64)
         encode(into: &w)
         return w.bytes
+    }
+
+    /// True when the record exists in these versions: inserted after its last delete.
+    var exists: Bool {
+        guard let incarnation else { return false }
+        return tombstone.map { incarnation > $0 } ?? true
     }
 
     /// ``encoded()`` appended to `w` (a writer the caller reuses).
@@ -254,7 +289,7 @@ struct RecordVersions: Equatable {
 
     /// ``encoded()`` appended to `w`, working in `scratch`.
     func encode(into w: inout ByteWriter, reusing scratch: inout EncodingScratch) {
-        w.bytes.append(1)
+        w.bytes.append(carried.isEmpty ? 1 : 2)
         var flags: UInt8 = 0
         if incarnation != nil { flags |= 1 }
         if tombstone != nil { flags |= 2 }
@@ -267,6 +302,8 @@ struct RecordVersions: Equatable {
         note(incarnation)
         note(tombstone)
         for entry in fields { note(entry.version) }
+        let carriedNames = carried.keys.sorted()
+        for name in carriedNames { note(carried[name]!.version) }
         w.varint(UInt64(scratch.table.count))
         for v in scratch.table { Self.write(v, &w) }
         if let incarnation { w.varint(UInt64(index(incarnation))) }
@@ -275,6 +312,14 @@ struct RecordVersions: Equatable {
         for entry in fields {
             w.varint(UInt64(entry.tag))
             w.varint(UInt64(index(entry.version)))
+        }
+        guard !carried.isEmpty else { return }
+        w.varint(UInt64(carriedNames.count))
+        for name in carriedNames {
+            let field = carried[name]!
+            w.rawString(name)
+            w.varint(UInt64(index(field.version)))
+            w.value(field.value)
         }
     }
 
@@ -312,15 +357,17 @@ struct RecordVersions: Equatable {
         w.bigEndian(version.site.low)
     }
 
-    init(incarnation: Version?, tombstone: Version?, fields: FieldVersions) {
+    init(incarnation: Version?, tombstone: Version?, fields: FieldVersions, carried: [String: FieldState] = [:]) {
         self.incarnation = incarnation
         self.tombstone = tombstone
         self.fields = fields
+        self.carried = carried
     }
 
     init(decoding bytes: [UInt8]) throws {
         var r = ByteReader(bytes)
-        guard try r.byte() == 1 else { throw RecordFormatError(reason: "unknown versions format") }
+        let format = try r.byte()
+        guard format == 1 || format == 2 else { throw RecordFormatError(reason: "unknown versions format") }
         let flags = try r.byte()
         let n = try r.varint()
         // A version takes at least 17 bytes (a clock, a site): a larger count is refused before
@@ -348,6 +395,19 @@ struct RecordVersions: Equatable {
             fields[tag] = try version()
         }
         self.fields = fields
+        guard format == 2 else { return }
+        let carriedCount = try r.varint()
+        // A name, a version index and a value take at least three bytes.
+        guard carriedCount <= UInt64(bytes.count / 3) else { throw RecordFormatError(reason: "bad carried field count") }
+        var carried = [String: FieldState](minimumCapacity: Int(carriedCount))
+        for _ in 0..<carriedCount {
+            let name = try r.payloadString()
+            let version = try version()
+            guard carried.updateValue(FieldState(value: try r.value(), version: version), forKey: name) == nil else {
+                throw RecordFormatError(reason: "carried field '\(name)' stored twice")
+            }
+        }
+        self.carried = carried
     }
 }
 

@@ -52,7 +52,8 @@ struct SchemaMerger {
         let (storeID, siteID) = try identity()
         let generation = try txn.uint64(dbs.meta, key: MetaKey.schemaGeneration) ?? 0
         let stored = try Self.loadSchema(txn, dbs, path) ?? StoreSchema()
-        let context = WriteContext(path: path, txn: txn, dbs: dbs, catalog: Catalog(schema: stored, generation: generation),
+        let context = WriteContext(path: path, txn: txn, dbs: dbs,
+                                   catalog: Catalog(schema: stored, generation: generation, carried: try CarriedSchema.load(txn, dbs, path)),
                                    siteID: siteID, author: "migration", now: options.clock)
         if try txn.get(dbs.meta, key: MetaKey.schema) == nil {
             // A new store: persist the (empty) schema so generic tools see a valid store.
@@ -117,7 +118,8 @@ struct SchemaMerger {
             throw StoreError(.readOnly, "store \(path) has run its migrations up to version \(schema.version), and this process brings migration \(newest): read-only, its records would read in their form from before the migration; open it once for writing first (that runs the migration)")
         }
         let (copiedFrom, preference) = try storedOrigins(txn, dbs)
-        return Result(storeID: store, siteID: site, copiedFrom: copiedFrom, catalog: Catalog(schema: schema, generation: generation),
+        return Result(storeID: store, siteID: site, copiedFrom: copiedFrom,
+                      catalog: Catalog(schema: schema, generation: generation, carried: try CarriedSchema.load(txn, dbs, path)),
                       syncPreference: preference)
     }
 
@@ -395,6 +397,11 @@ struct SchemaMerger {
                     schema.types[t].fields.append(FieldSchema(name: fieldName, tag: tag, kind: value.kind, optional: true, defaultValue: value))
                 }
             }
+        }
+        // What the store carried for the type while it was not declared here, or for fields
+        // it holds only now, joins its records.
+        try context.absorbCarried(typeNamed: name, before: before) { done in
+            report("records of \(name) kept for other replicas", done, 0)
         }
         if before.localOnly && !localOnly {
             // Synced from now on: the records it holds (and its deletes) are in history that

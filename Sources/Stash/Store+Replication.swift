@@ -50,8 +50,23 @@ func loadStoredRecordState<T: TransactionReading>(_ txn: T, _ dbs: StoreDatabase
             if let name = layout.schema.field(tagged: entry.tag)?.name { fields[name] = FieldState(value: .null, version: entry.version) }
         }
     }
+    // What the record carries for other replicas: a field of the same name stored here (in
+    // another kind) and the carried value go as the newer of the two.
+    for (name, field) in versions?.carried ?? [:] where fields[name].map({ $0.version < field.version }) ?? true {
+        fields[name] = field
+    }
     return (RecordState(type: layout.schema.name, id: id, incarnation: versions?.incarnation,
                         tombstone: versions?.tombstone, fields: fields), bytes != nil || versions != nil)
+}
+
+/// The state of a record of a type the schema does not declare, kept under `tag` (see
+/// ``CarriedSchema``): its incarnation, tombstone and carried fields.
+func loadCarriedRecordState<T: TransactionReading>(_ txn: T, _ dbs: StoreDatabases, type: String, tag: UInt16,
+                                                   _ id: RecordID, path: String) throws -> RecordState {
+    let versions: RecordVersions?
+    do { versions = try txn.get(dbs.versions, key: StoreKeys.record(tag, id)).map { try RecordVersions(decoding: $0) } }
+    catch { throw StoreError(.corrupted, "store \(path): the carried state of \(type) \(id) cannot be decoded: \(error); run `stash verify \(path)`") }
+    return RecordState(type: type, id: id, incarnation: versions?.incarnation, tombstone: versions?.tombstone, fields: versions?.carried ?? [:])
 }
 
 extension RecordReader {
@@ -63,17 +78,50 @@ extension RecordReader {
 extension StoreReading {
     /// The replicated state of a record: field values with versions, incarnation and
     /// tombstone. A deleted record has no fields and a tombstone; an unknown id has neither.
+    /// A type this store carries for other replicas without declaring it (see
+    /// ``carriedTypeNames``) has states too: every field of it is carried.
     public func recordState(typeNamed type: String, id: RecordID) throws -> RecordState {
-        try reader.recordState(try reader.layout(type), id)
+        let reader = self.reader
+        if reader.catalog.isCarriedType(type), let tag = reader.catalog.carried.types[type] {
+            return try loadCarriedRecordState(reader.txn, reader.dbs, type: type, tag: tag, id, path: reader.path)
+        }
+        return try reader.recordState(try reader.layout(type), id)
     }
 
     /// Calls `body` with the state of every record of `type` ever stored here, deleted ones
-    /// (tombstones) included, until it returns false. Used for full resynchronization.
+    /// (tombstones) included, until it returns false. Used for full resynchronization. `type`
+    /// may be one this store carries without declaring it (``carriedTypeNames``).
     public func forEachRecordState(typeNamed type: String, _ body: (RecordState) throws -> Bool) throws {
+        let reader = self.reader
+        if reader.catalog.isCarriedType(type), let tag = reader.catalog.carried.types[type] {
+            try reader.txn.scan(reader.dbs.versions, prefix: StoreKeys.typePrefix(tag)) { key, _ in
+                guard let id = StoreKeys.id(fromRecordKey: key) else { return true }
+                return try body(try loadCarriedRecordState(reader.txn, reader.dbs, type: type, tag: tag, id, path: reader.path))
+            }
+            return
+        }
         let layout = try reader.layout(type)
         try reader.txn.scan(reader.dbs.versions, prefix: StoreKeys.typePrefix(layout.schema.tag)) { key, _ in
             guard let id = StoreKeys.id(fromRecordKey: key) else { return true }
             return try body(try reader.recordState(layout, id))
+        }
+    }
+
+    /// The types this store keeps for other replicas without declaring them: received by sync
+    /// from a replica whose app declares them (a newer version, say), kept with their versions
+    /// and sent on, never readable as records here until the app declares them (an open that
+    /// declares one takes its records in). Sorted.
+    public var carriedTypeNames: [String] {
+        let catalog = reader.catalog
+        return catalog.carried.types.keys.filter { catalog.isCarriedType($0) }.sorted()
+    }
+
+    /// Per type, the fields this store carries without declaring them that their source
+    /// merges as counters (``Counter``): a replica that receives them must merge them so too.
+    public var carriedCounterFields: [String: Set<String>] {
+        reader.catalog.carried.fields.compactMapValues { fields in
+            let counters = Set(fields.filter(\.value).keys)
+            return counters.isEmpty ? nil : counters
         }
     }
 
@@ -187,9 +235,21 @@ extension StoreTransaction {
     /// the others are deleted (judged on the transaction's final state, so merges that move
     /// or swap values between records delete nothing).
     /// - Returns: false when the state changed nothing.
+    /// What this store's schema does not declare is carried, never added to the schema: a
+    /// field it lacks (or holds in another kind) is kept with its version beside the record,
+    /// a state of a type it lacks is kept whole (``carriedTypeNames``); both are sent on with
+    /// the record, and an open that declares them takes them in. `counters` names the fields
+    /// the source merges as counters, for those this store carries. A version more than
+    /// ``maximumClockSkew`` ahead of this store's clock is taken back by how far its site's
+    /// clock runs ahead, measured from `sentAt` (the source's clock when it sent the state, for
+    /// versions of `origin`) or from its arrival now, so that it reads as made no later than
+    /// its arrival here: an edit made after it arrived wins over it.
+    /// - Throws: `.invalidValue` for a version past ``Version/maximumClock``, a counter field
+    ///   whose value is no counter's state (``Counter/problem(in:)``), or a type or field name
+    ///   no record can have (empty, `id`).
     @discardableResult
-    public func merge(_ state: RecordState, origin: RecordID) throws -> Bool {
-        try context.merge(state, origin: origin)
+    public func merge(_ state: RecordState, origin: RecordID, counters: Set<String> = [], sentAt: Date? = nil) throws -> Bool {
+        try context.merge(state, origin: origin, sourceCounters: counters, sentAt: sentAt)
     }
 
     /// Settles now, on the state this transaction holds, the unique-index clashes its merges

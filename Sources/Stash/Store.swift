@@ -140,6 +140,9 @@ public final class Store: Sendable {
     /// ``StoreTransaction/put(_:replacing:)`` adds a field the stored schema lacks instead of
     /// refusing it. A store opened without declaring a type refuses such fields of it.
     let typesLearningFields: Set<String>
+    /// The Swift types of this open's declaration, by record type name: a merge checks that
+    /// what it writes reads back through them (``WriteContext``).
+    let recordTypes: [String: any Record.Type]
 
     var catalog: Catalog { catalogBox.withLock { $0.catalog } }
 
@@ -166,7 +169,8 @@ public final class Store: Sendable {
             }
             return current
         }
-        let fresh = Catalog(schema: try SchemaMerger.loadSchema(txn, dbs, path) ?? StoreSchema(), generation: generation)
+        let fresh = Catalog(schema: try SchemaMerger.loadSchema(txn, dbs, path) ?? StoreSchema(), generation: generation,
+                            carried: try CarriedSchema.load(txn, dbs, path))
         let site = try storedSite(txn)   // a new site comes with a new generation
         let newer = catalogBox.withLock { box in
             guard generation > box.catalog.generation else { return false }
@@ -212,12 +216,18 @@ public final class Store: Sendable {
             named[name] = type
             distinct.append(type)
         }
-        return try open(at: path, declaration: SchemaDeclaration(types: distinct.map { try $0.declaration(in: path) }), options: options)
+        return try open(at: path, declaration: SchemaDeclaration(types: distinct.map { try $0.declaration(in: path) }), options: options,
+                        recordTypes: named)
     }
 
     /// Opens (or creates) the store in `path` with a schema declared as data (the command
     /// line's `--schema` file). See ``open(at:types:options:)``.
     public static func open(at path: String, declaration: SchemaDeclaration, options: StoreOptions = StoreOptions()) throws -> Store {
+        try open(at: path, declaration: declaration, options: options, recordTypes: [:])
+    }
+
+    private static func open(at path: String, declaration: SchemaDeclaration, options: StoreOptions,
+                             recordTypes: [String: any Record.Type]) throws -> Store {
         var isDirectory: ObjCBool = false
         let exists = FileManager.default.fileExists(atPath: path, isDirectory: &isDirectory)
         if exists && !isDirectory.boolValue {
@@ -265,11 +275,12 @@ public final class Store: Sendable {
             }
         }
         return Store(path: env.path, env: env, dbs: dbs, opened: opened, now: options.clock, readOnly: options.readOnly,
-                     typesLearningFields: Set(declaration.types.filter(\.learnsFields).map(\.name)))
+                     typesLearningFields: Set(declaration.types.filter(\.learnsFields).map(\.name)), recordTypes: recordTypes)
     }
 
     private init(path: String, env: Environment, dbs: StoreDatabases, opened: SchemaMerger.Result, now: @escaping @Sendable () -> Date,
-                 readOnly: Bool, typesLearningFields: Set<String>) {
+                 readOnly: Bool, typesLearningFields: Set<String>, recordTypes: [String: any Record.Type]) {
+        self.recordTypes = recordTypes
         self.isReadOnly = readOnly
         self.keptUniqueIndexes = opened.keptUniqueIndexes
         self.typesLearningFields = typesLearningFields
@@ -357,7 +368,8 @@ public final class Store: Sendable {
         // A write transaction sees the newest state: its site is current.
         let site = try storedSite(txn)
         currentSite.withLock { $0 = site }
-        return Catalog(schema: try SchemaMerger.loadSchema(txn, dbs, path) ?? StoreSchema(), generation: generation)
+        return Catalog(schema: try SchemaMerger.loadSchema(txn, dbs, path) ?? StoreSchema(), generation: generation,
+                       carried: try CarriedSchema.load(txn, dbs, path))
     }
 
     // MARK: Statistics

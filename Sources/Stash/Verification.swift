@@ -178,6 +178,7 @@ extension Store {
             }
             counter.finish(.recordTypes)
             for tag in strayTags.sorted() { report.problems.append("records under type tag \(tag), unknown to the schema") }
+            try verifyCarried(txn, catalog, &report)
             // History: well-formed entries below the next sequence number, and consistent with
             // the data: replaying which records were last written or deleted must match what is
             // stored, and with no purge yet, every stored record must appear in history.
@@ -209,7 +210,10 @@ extension Store {
                     return true
                 }
                 for change in entry.changes {
-                    lastWrite[StoreKeys.record(change.typeTag, change.id).bytes] = (sequence, change.operation == .delete)
+                    // A type carried when the entry was written and declared since: its records
+                    // are under the schema's tag now.
+                    let tag = catalog.carriedNamesByTag[change.typeTag].flatMap { catalog.layoutsByName[$0]?.schema.tag } ?? change.typeTag
+                    lastWrite[StoreKeys.record(tag, change.id).bytes] = (sequence, change.operation == .delete)
                 }
                 return true
             }
@@ -219,8 +223,12 @@ extension Store {
             }
             for (key, last) in lastWrite {
                 counter.count(.historyReplay)
-                let stored = try txn.contains(dbs.records, key: key)
-                let name = catalog.layoutsByTag[UInt16(key[0]) << 8 | UInt16(key[1])]?.schema.name ?? "type#\(UInt16(key[0]) << 8 | UInt16(key[1]))"
+                let tag = UInt16(key[0]) << 8 | UInt16(key[1])
+                // A state of a carried type lives in `versions` alone.
+                let stored = catalog.layoutsByTag[tag] == nil && catalog.carriedNamesByTag[tag] != nil
+                    ? try txn.get(dbs.versions, key: key).flatMap { try? RecordVersions(decoding: $0) }?.exists ?? false
+                    : try txn.contains(dbs.records, key: key)
+                let name = catalog.typeName(tagged: tag) ?? "type#\(tag)"
                 let id = StoreKeys.id(fromRecordKey: key).map(\.description) ?? "?"
                 if last.deleted && stored {
                     report.problems.append("\(name) \(id): deleted by history entry \(last.sequence) but still stored")
@@ -241,6 +249,31 @@ extension Store {
                 counter.finish(.historyCoverage)
             }
             return report
+        }
+    }
+
+    /// The states kept for types the schema does not declare (``CarriedSchema``) decode, and
+    /// none is left under the tag of a type declared since (an open takes them in).
+    /// O(carried states).
+    private func verifyCarried(_ txn: ReadTransaction, _ catalog: Catalog, _ report: inout VerificationReport) throws {
+        for (name, tag) in catalog.carried.types.sorted(by: { $0.key < $1.key }) {
+            if let declared = catalog.layoutsByName[name], declared.schema.tag == tag {
+                report.problems.append("\(name): the schema's tag \(tag) is also the tag of the carried type \(name)")
+                continue
+            }
+            var left = 0
+            try txn.scan(dbs.versions, prefix: StoreKeys.typePrefix(tag)) { key, value in
+                let id = StoreKeys.id(fromRecordKey: key).map(\.description) ?? "?"
+                if catalog.layoutsByName[name] != nil {
+                    left += 1
+                } else if (try? RecordVersions(decoding: value)) == nil {
+                    report.problems.append("\(name) \(id) (carried for other replicas): its state cannot be decoded")
+                }
+                return true
+            }
+            if left > 0 {
+                report.problems.append("\(name): \(left) state(s) kept while it was undeclared are still under its carried tag \(tag); reopening the store for writing takes them in")
+            }
         }
     }
 

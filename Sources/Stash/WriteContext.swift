@@ -65,6 +65,7 @@ final class WriteContext: FieldTagResolver {
         self.init(path: store.path, txn: txn, dbs: store.dbs, catalog: catalog,
                   siteID: store.siteID, author: author, now: store.now)
         keptUniqueIndexes = store.keptUniqueIndexes
+        recordTypes = store.recordTypes
         if let indexes = store.recentCounts.keptIndexes {
             recentCounts = store.recentCounts
             // A kept index another open dropped (`dropsUndeclaredIndexes`) has no entries for
@@ -90,6 +91,8 @@ final class WriteContext: FieldTagResolver {
     /// Unique indexes ("Type.index") this process declares plain, kept unique at open (see
     /// ``StoreOptions/relaxesUniqueIndexes``): a violation says so.
     var keptUniqueIndexes: Set<String> = []
+    /// The app's Swift types by record type name (``Store/recordTypes``).
+    var recordTypes: [String: any Record.Type] = [:]
 
     // MARK: Clock
 
@@ -136,8 +139,9 @@ final class WriteContext: FieldTagResolver {
         return Version(clock: old.clock == .max ? .max : old.clock + 1, site: version.site)
     }
 
-    /// The new catalog when this transaction changed the schema.
-    var changedCatalog: Catalog? { schemaChanged ? catalog : nil }
+    /// The new catalog when this transaction changed the schema, or what it carries of types
+    /// and fields it does not declare.
+    var changedCatalog: Catalog? { schemaChanged || carriedChanged ? catalog : nil }
 
     /// Actions to run once this transaction has committed (``StoreTransaction/afterCommit(_:)``).
     private(set) var afterCommitActions: [() -> Void] = []
@@ -152,8 +156,22 @@ final class WriteContext: FieldTagResolver {
         var schema = catalog.schema
         try change(&schema)
         if schema != catalog.schema {
-            catalog = Catalog(schema: schema, generation: catalog.generation + 1)
+            catalog = Catalog(schema: schema, generation: catalog.generation + 1, carried: catalog.carried)
             schemaChanged = true
+            encodingLayout = nil
+        }
+    }
+
+    @exclusivity(unchecked) private var carriedChanged = false
+
+    /// Changes what the store keeps of undeclared types and fields (``CarriedSchema``); saved
+    /// with the schema generation at commit, so other opens read it again.
+    func updateCarried(_ change: (inout CarriedSchema) throws -> Void) rethrows {
+        var carried = catalog.carried
+        try change(&carried)
+        if carried != catalog.carried {
+            catalog = Catalog(schema: catalog.schema, generation: catalog.generation + 1, carried: carried)
+            carriedChanged = true
             encodingLayout = nil
         }
     }
@@ -274,8 +292,8 @@ final class WriteContext: FieldTagResolver {
         // read of the record, and every merge of the field, failed on it.
         for field in layout.schema.fields where field.counter == true {
             guard let value = record.fields[field.name], value != .null else { continue }
-            if (try? TreeDecoder.decode(Counter.self, from: value)) == nil {
-                throw StoreError(.invalidValue, "store \(path): \(record.type).\(field.name) of \(record.id) is a counter; its value must be a Counter's state, {\"sites\": {\"<site id>\": {\"increments\": n, \"decrements\": m}}} (as `stash get` prints it), not \(value)")
+            if let problem = Counter.problem(in: value) {
+                throw StoreError(.invalidValue, "store \(path): \(record.type).\(field.name) of \(record.id) is a counter; its value must be a Counter's state, {\"sites\": {\"<site id>\": {\"increments\": n, \"decrements\": m}}} (as `stash get` prints it; totals are whole numbers of at least 0), not \(value) (\(problem))")
             }
         }
         return (layout, encoded)
@@ -377,7 +395,16 @@ final class WriteContext: FieldTagResolver {
         } else {
             let version = try writeVersion()
             var versions = oldVersions ?? RecordVersions(incarnation: nil, tombstone: nil, fields: [:])
-            for tag in tags { versions.fields[tag] = bumped(version, over: versions.fields[tag]) }
+            for tag in tags {
+                var over = versions.fields[tag]
+                // A value another replica wrote in another kind, carried under the same name:
+                // this write is newer, and replaces it.
+                if !versions.carried.isEmpty, let name = type.field(tagged: tag)?.name,
+                   let superseded = versions.carried.removeValue(forKey: name) {
+                    over = max(over ?? superseded.version, superseded.version)
+                }
+                versions.fields[tag] = bumped(version, over: over)
+            }
             versions.encode(into: &scratch, reusing: &versionScratch)
         }
         if fresh {
@@ -555,6 +582,7 @@ final class WriteContext: FieldTagResolver {
             let latest = ([versions.incarnation, versions.tombstone].compactMap { $0 } + versions.fields.versions).max()
             versions.tombstone = bumped(try writeVersion(), over: latest)
             versions.fields = FieldVersions()
+            versions.carried = [:]
         }
         let keys = try type.indexes.map { try indexKey($0, layout, old) }
         let idBytes = StoreKeys.indexValue(id)
@@ -573,49 +601,266 @@ final class WriteContext: FieldTagResolver {
 
     /// Merges a remote state into the stored one (see ``RecordState/merged(with:counters:)``)
     /// and writes the result with its versions; the history change carries `origin`.
+    /// `sourceCounters`: the fields the source merges as counters, for those this store
+    /// carries without declaring them.
+    ///
+    /// What the schema does not declare is carried, never added to the schema: a field it
+    /// lacks, or holds in another kind, is kept with its version beside the record
+    /// (``RecordVersions/carried``), and a state of a type it lacks is kept whole, under a tag
+    /// of ``CarriedSchema``. Both are sent on to other replicas with the record.
+    ///
+    /// A version more than ``maximumClockSkew`` ahead of this store's clock is taken as made
+    /// when it arrived (``arrivalVersions(of:)``): a device whose clock runs years ahead
+    /// cannot win against the edits made after its write arrived.
     ///
     /// A unique-index clash with another record is settled when the transaction commits
     /// (``settleMergedUniqueClashes()``), the same way on every replica.
     /// - Returns: false when the remote state changed nothing here.
     @discardableResult
-    func merge(_ remote: RecordState, origin: RecordID) throws -> Bool {
-        let layout = try self.layout(remote.type)
+    func merge(_ remote: RecordState, origin: RecordID, sourceCounters: Set<String> = [], sentAt: Date? = nil) throws -> Bool {
         if let latest = remote.latestVersion {
             guard latest.isWithinClockRange else {
                 throw StoreError(.invalidValue, "store \(path): the state of \(remote.type) \(remote.id) carries version \(latest), past the clock range (Version.maximumClock); its source's clock or the delta is broken, so it was not merged")
             }
-            try observe(latest)
         }
-        return try merge(remote, layout, origin: origin, versionedOnly: true)
+        let remote = try arrivalVersions(of: remote, origin: origin, sentAt: sentAt)
+        if let latest = remote.latestVersion { try observe(latest) }
+        guard let layout = catalog.layoutsByName[remote.type] else {
+            return try mergeCarried(remote, origin: origin, sourceCounters: sourceCounters)
+        }
+        return try merge(remote, layout, origin: origin, sourceCounters: sourceCounters, versionedOnly: true)
     }
 
-    /// ``merge(_:origin:)`` once the remote state is checked. `versionedOnly`: an id without
-    /// versions holds nothing (see ``loadStoredRecordState(_:_:_:_:site:path:versionedOnly:)``),
-    /// so the write need not look again.
-    private func merge(_ remote: RecordState, _ layout: TypeLayout, origin: RecordID, versionedOnly: Bool) throws -> Bool {
+    /// `state` with every version more than ``maximumClockSkew`` ahead of this store's clock
+    /// taken back by how far its site's clock runs ahead, so that it reads as made when it was
+    /// made, by this store's clock. How far a site runs ahead is measured when a delta from it
+    /// arrives (the clock of the site when it made the delta, `sentAt`, against this store's
+    /// now), and is at least enough to bring the version to its arrival here; it is kept per
+    /// site and only grows, so a version that arrives again maps to what it mapped to before
+    /// (or older), and a site's versions keep their order. Every replica so judges a write
+    /// from a clock far ahead as made no later than its arrival there: an edit made after that
+    /// wins, wherever it is made. A merge keeps the newest version of each value that reached
+    /// it, so replicas converge; the device with the clock ahead keeps its own versions until
+    /// its clock passes them.
+    private func arrivalVersions(of state: RecordState, origin: RecordID, sentAt: Date?) throws -> RecordState {
+        let limit = clockReading(now().addingTimeInterval(maximumClockSkew))
+        guard let latest = state.latestVersion, latest.clock > limit else { return state }
+        var ahead = try clockAhead()
+        let all = [state.incarnation, state.tombstone].compactMap { $0 } + state.fields.values.map(\.version)
+        var newest: [RecordID: UInt64] = [:]
+        for version in all where version.clock > limit { newest[version.site] = max(newest[version.site] ?? 0, version.clock) }
+        let arrival = clockReading(now())
+        // The source's clock when it made the delta, against ours now: how far it runs ahead
+        // (less the time the delta took to arrive).
+        if let sentAt, sentAt.timeIntervalSince1970.isFinite, newest[origin] != nil {
+            let sent = clockReading(sentAt)
+            if sent > limit, sent - arrival > ahead[origin] ?? 0 { ahead[origin] = sent - arrival }
+        }
+        for (site, clock) in newest where clock &- min(clock, ahead[site] ?? 0) > limit {
+            ahead[site] = clock - arrival
+        }
+        if ahead != clockAheadOfSites {
+            clockAheadOfSites = ahead
+            clockAheadChanged = true
+        }
+        func arrived(_ version: Version) -> Version {
+            guard version.clock > limit, let offset = ahead[version.site] else { return version }
+            return Version(clock: version.clock - min(version.clock, offset), site: version.site)
+        }
+        var result = state
+        result.incarnation = state.incarnation.map(arrived)
+        result.tombstone = state.tombstone.map(arrived)
+        for (name, field) in state.fields where field.version.clock > limit {
+            result.fields[name]!.version = arrived(field.version)
+        }
+        return result
+    }
+
+    /// How far ahead each site's clock was found to run (see ``arrivalVersions(of:)``), in
+    /// clock units; read once per transaction, when a version from a clock ahead arrives.
+    @exclusivity(unchecked) private var clockAheadOfSites: [RecordID: UInt64]?
+    @exclusivity(unchecked) private var clockAheadChanged = false
+
+    private func clockAhead() throws -> [RecordID: UInt64] {
+        if let clockAheadOfSites { return clockAheadOfSites }
+        var result: [RecordID: UInt64] = [:]
+        if let bytes = try txn.get(dbs.meta, key: MetaKey.clockAhead),
+           let stored = try? JSONDecoder().decode([String: UInt64].self, from: Data(bytes)) {
+            for (site, offset) in stored { if let id = RecordID(string: site) { result[id] = offset } }
+        }
+        clockAheadOfSites = result
+        return result
+    }
+
+    /// ``merge(_:origin:sourceCounters:)`` once the remote state is checked. `versionedOnly`:
+    /// an id without versions holds nothing (see
+    /// ``loadStoredRecordState(_:_:_:_:site:path:versionedOnly:)``), so the write need not look again.
+    private func merge(_ remote: RecordState, _ layout: TypeLayout, origin: RecordID, sourceCounters: Set<String>,
+                       versionedOnly: Bool) throws -> Bool {
         let (local, stored) = try loadStoredRecordState(txn, dbs, layout, remote.id, site: siteID, path: path, versionedOnly: versionedOnly)
-        let merged = local.merged(with: remote, counters: layout.counterNames)
+        var counters = layout.counterNames
+        if !sourceCounters.isEmpty || catalog.carried.fields[layout.schema.name] != nil {
+            counters.formUnion(catalog.carried.counters(of: layout.schema.name))
+            counters.formUnion(sourceCounters.filter { layout.tagsByName[$0] == nil })
+        }
+        let merged = local.merged(with: remote, counters: counters)
         if merged == local { return false }
         do {
-            return try write(merged, layout, origin: origin, absent: !stored)
+            return try write(merged, layout, origin: origin, absent: !stored, sourceCounters: sourceCounters)
         } catch let error as StoreError where error.code == .corrupted && versionedOnly && !stored {
             // A damaged store may keep a record without versions: its put refused to
             // overwrite it, before writing anything. The merge takes it into account, as it
             // does every stored record (the result gets versions again); refused, every delta
             // of that record would hold back its source for good.
             guard try txn.get(dbs.records, key: StoreKeys.record(layout.schema.tag, remote.id)) != nil else { throw error }
-            return try merge(remote, layout, origin: origin, versionedOnly: false)
+            return try merge(remote, layout, origin: origin, sourceCounters: sourceCounters, versionedOnly: false)
         }
     }
 
-    private func write(_ state: RecordState, _ layout: TypeLayout, origin: RecordID, absent: Bool) throws -> Bool {
+    /// Merges a state of a type the schema does not declare: kept whole (incarnation,
+    /// tombstone, every field as carried) in `versions` under the type's tag in
+    /// ``CarriedSchema``, given one when it is new here, and noted in history so that it is
+    /// sent on. - Throws: `.invalidValue` past ``CarriedSchema/maximumTypes``, or for a name
+    /// no record type can have.
+    private func mergeCarried(_ remote: RecordState, origin: RecordID, sourceCounters: Set<String>) throws -> Bool {
+        let tag = try carriedTag(for: remote.type)
+        let key = StoreKeys.record(tag, remote.id)
+        let stored: RecordVersions?
+        do { stored = try txn.get(dbs.versions, key: key).map { try RecordVersions(decoding: $0) } }
+        catch { throw StoreError(.corrupted, "store \(path): the carried state of \(remote.type) \(remote.id) cannot be decoded: \(error); run `stash verify \(path)`") }
+        let local = RecordState(type: remote.type, id: remote.id, incarnation: stored?.incarnation, tombstone: stored?.tombstone,
+                                fields: stored?.carried ?? [:])
+        let merged = local.merged(with: remote, counters: catalog.carried.counters(of: remote.type).union(sourceCounters))
+        if merged == local { return false }
+        try noteCarried(Array(merged.fields.keys), of: remote.type, counters: sourceCounters)
+        let versions = RecordVersions(incarnation: merged.incarnation, tombstone: merged.tombstone, fields: [:], carried: merged.fields)
+        try txn.put(dbs.versions, key: key, value: versions.encoded())
+        let operation: HistoryChange.Operation = merged.exists ? (local.exists ? .update : .insert) : .delete
+        changes.append(.init(typeTag: tag, id: remote.id, operation: operation, fieldTags: [], origin: origin))
+        return true
+    }
+
+    /// The tag the states of undeclared `type` are kept under, given one when new: the highest
+    /// tag neither the schema nor another carried type has.
+    private func carriedTag(for type: String) throws -> UInt16 {
+        if let tag = catalog.carried.types[type] { return tag }
+        try Self.checkCarriedName(type, "type", store: path)
+        guard catalog.carried.types.count < CarriedSchema.maximumTypes else {
+            throw StoreError(.invalidValue, "store \(path): a merge brings \(type), and this store already keeps \(CarriedSchema.maximumTypes) types it does not declare, the most it carries; declare the types this app uses, or check the replica that sends them")
+        }
+        let taken = Set(catalog.schema.types.map(\.tag)).union(catalog.carried.types.values)
+        var tag = UInt16.max
+        while taken.contains(tag) { tag -= 1 }
+        updateCarried { $0.types[type] = tag }
+        return tag
+    }
+
+    /// Notes carried field `names` of `type` (with the ones `counters` names merged as
+    /// counters at their source) in ``CarriedSchema/fields``.
+    private func noteCarried(_ names: some Sequence<String>, of type: String, counters: Set<String>) throws {
+        let known = catalog.carried.fields[type] ?? [:]
+        var added: [String: Bool] = [:]
+        for name in names where known[name] == nil || (counters.contains(name) && known[name] == false) {
+            if known[name] == nil { try Self.checkCarriedName(name, "field of \(type)", store: path) }
+            added[name] = counters.contains(name)
+        }
+        guard !added.isEmpty else { return }
+        guard known.count + added.count <= CarriedSchema.maximumFields else {
+            throw StoreError(.invalidValue, "store \(path): a merge brings \(type) fields this store does not declare beyond the \(CarriedSchema.maximumFields) it carries for a type; check the replica that sends them")
+        }
+        updateCarried { $0.fields[type, default: [:]].merge(added) { _, new in new } }
+    }
+
+    /// Takes into the records of type `name`, declared now, what the store carried for it:
+    /// the states kept while no schema declared the type, and the carried values of the fields
+    /// that the schema holds since `before` (declared, or now of their values' kind). Each
+    /// record so written is a change of this transaction (its peers merge it as a no-op).
+    /// O(records of the type), when there is anything to take in; one cursor seek otherwise.
+    /// - Throws: `.incompatibleSchema` when carried records lack a field the declaration
+    ///   requires (not optional, no default): typed reads of them would fail.
+    func absorbCarried(typeNamed name: String, before: TypeSchema, progress: (Int) -> Void) throws {
+        let layout = try self.layout(name)
+        let counters = catalog.carried.counters(of: name)
+        var taken = 0
+        if let tag = catalog.carried.types[name], tag != layout.schema.tag {
+            var states: [RecordState] = []
+            try txn.scan(dbs.versions, prefix: StoreKeys.typePrefix(tag)) { key, value in
+                guard let id = StoreKeys.id(fromRecordKey: key) else { return true }
+                let versions: RecordVersions
+                do { versions = try RecordVersions(decoding: value) }
+                catch { throw StoreError(.corrupted, "store \(path): the carried state of \(name) \(id) cannot be decoded: \(error); run `stash verify \(path)`") }
+                states.append(RecordState(type: name, id: id, incarnation: versions.incarnation, tombstone: versions.tombstone, fields: versions.carried))
+                return true
+            }
+            let required = layout.schema.fields.filter { !$0.optional && $0.defaultValue == nil }
+            let lacking = states.filter { state in state.exists && required.contains { (state.fields[$0.name]?.value ?? .null) == .null } }
+            if let first = lacking.first, let field = required.first(where: { (first.fields[$0.name]?.value ?? .null) == .null }) {
+                throw StoreError(.incompatibleSchema, "store \(path): \(name).\(field.name) is declared required (not optional, no default), but \(lacking.count) of the \(states.count) \(name) records this store kept for other replicas before declaring \(name) lack a value (\(name) \(first.id), say); make the field optional, or give it a default (Record.fieldDefaults; in a schema file, \"default\" on the field)")
+            }
+            for state in states {
+                try txn.delete(dbs.versions, key: StoreKeys.record(tag, state.id))
+                _ = try write(state, layout, origin: nil, absent: true, sourceCounters: counters)
+                taken += 1
+                if taken % 10_000 == 0 { progress(taken) }
+            }
+        }
+        // Carried values of fields the schema holds now that it did not before.
+        let after = try self.layout(name).schema
+        let nowHeld = Set((catalog.carried.fields[name] ?? [:]).keys.filter { field in
+            guard let now = after.field(named: field) else { return false }
+            guard let then = before.field(named: field) else { return true }
+            return then.kind != now.kind || then.anyKind != now.anyKind
+        })
+        if !nowHeld.isEmpty {
+            var ids: [RecordID] = []
+            try txn.scan(dbs.versions, prefix: StoreKeys.typePrefix(after.tag)) { key, value in
+                guard value.first == 2, let id = StoreKeys.id(fromRecordKey: key) else { return true }
+                if let versions = try? RecordVersions(decoding: value), versions.carried.keys.contains(where: nowHeld.contains) { ids.append(id) }
+                return true
+            }
+            let current = try self.layout(name)
+            for id in ids {
+                let (state, stored) = try loadStoredRecordState(txn, dbs, current, id, site: siteID, path: path)
+                _ = try write(state, current, origin: nil, absent: !stored, sourceCounters: counters)
+                taken += 1
+                if taken % 10_000 == 0 { progress(taken) }
+            }
+        }
+        if taken > 0 { progress(taken) }
+    }
+
+    /// - Throws: `.invalidValue` for a name no honest replica sends: empty, `id` (the record
+    ///   id is the key, never a field), or longer than 255 bytes of UTF-8.
+    static func checkCarriedName(_ name: String, _ what: String, store path: String) throws {
+        guard !name.isEmpty, name != "id", name.utf8.count <= 255, !name.hasPrefix("#") else {
+            throw StoreError(.invalidValue, "store \(path): a merge names a \(what) '\(name.prefix(64))', which no record can have (empty, 'id', starting with '#', or over 255 bytes); the replica that sent it is faulty")
+        }
+    }
+
+    private func write(_ state: RecordState, _ layout: TypeLayout, origin: RecordID?, absent: Bool,
+                       sourceCounters: Set<String> = []) throws -> Bool {
         encodingType = layout.schema.name
         encodingLayout = layout
         var fieldVersions = FieldVersions(minimumCapacity: state.fields.count)
         var values: [(slot: Int, tag: UInt16, value: FieldValue)] = []
+        var carried: [String: FieldState] = [:]
+        // Fields stored here whose merged value is of another kind: the record keeps the value
+        // it has (the app reads it), and the other one goes beside it, carried.
+        var otherKind: [Int] = []
         values.reserveCapacity(state.fields.count)
         for (name, field) in state.fields {
-            let (tag, slot) = try tag(for: name, kind: field.value.kind, hint: values.last.map { $0.slot + 1 } ?? 0)
+            // The id is the key: a field of that name is no field.
+            if name == "id" { continue }
+            let hint = values.last.map { $0.slot + 1 } ?? 0
+            guard let known = layout.slot(of: name, hint: hint), layout.holds(field.value, at: known) else {
+                carried[name] = field
+                if let slot = layout.slot(of: name, hint: hint) { otherKind.append(slot) }
+                continue
+            }
+            if layout.counterNames.contains(name), field.value != .null, let problem = Counter.problem(in: field.value) {
+                throw StoreError(.invalidValue, "store \(path): \(layout.schema.name).\(name) of \(state.id) is a counter, but the merged value is not a counter's state (\(problem))")
+            }
+            let (tag, slot) = try tag(for: name, kind: field.value.kind, hint: known)
             fieldVersions[tag] = field.version
             // A null is stored only for an optional field with a default (where no field reads
             // as the default, see `RecordEncoder.finish`), as the replica that wrote it stores
@@ -625,22 +870,81 @@ final class WriteContext: FieldTagResolver {
                 values.append((slot, tag, field.value))
             }
         }
+        if !otherKind.isEmpty, !absent, let stored = try txn.get(dbs.records, key: StoreKeys.record(layout.schema.tag, state.id)) {
+            let old = try decodeStored(stored, layout.schema.name, state.id)
+            let oldVersions = try versions(layout, state.id)
+            for slot in otherKind {
+                let tag = layout.tags[slot]
+                guard let value = try old.value(of: tag) else { continue }
+                values.append((slot, tag, value))
+                if let version = oldVersions?.fields[tag] { fieldVersions[tag] = version }
+            }
+        }
         // This store's schema order, as its typed writes store fields: typed reads of merged
         // records then find each field where they look first.
         values.sort { $0.slot < $1.slot }
         // The layout again: `tag(for:)` may have grown the schema by a field.
         let layout = try currentEncodingLayout()
-        let versions = RecordVersions(incarnation: state.incarnation, tombstone: state.tombstone, fields: fieldVersions)
         guard state.exists else {
+            let versions = RecordVersions(incarnation: state.incarnation, tombstone: state.tombstone, fields: fieldVersions)
             if try remove(layout, id: state.id, versions: versions, origin: origin) { return true }
             // Never seen here: keep the tombstone so the delete wins later and travels on.
             try txn.put(dbs.versions, key: StoreKeys.record(layout.schema.tag, state.id), value: versions.encoded())
             changes.append(.init(typeTag: layout.schema.tag, id: state.id, operation: .delete, fieldTags: [], origin: origin))
             return true
         }
-        let encoded = RecordEncoder.encode(tagged: values.lazy.map { ($0.tag, $0.value) }, capacity: encodedSizeHint)
+        var encoded = RecordEncoder.encode(tagged: values.lazy.map { ($0.tag, $0.value) }, capacity: encodedSizeHint)
+        // What the app cannot read must not become its record: every typed fetch of the type
+        // would fail on it. A merged value its type does not read (an array of other elements,
+        // written by another version of the app) is carried instead, and the record keeps the
+        // value it had, if that one reads.
+        if let swiftType = recordTypes[layout.schema.name] {
+            var triedOld = Set<String>()
+            while let failure = Self.typedReadProblem(swiftType, encoded, state.id, layout) {
+                guard let field = failure.field, let position = values.firstIndex(where: { layout.names[$0.slot] == field }) else {
+                    throw StoreError(.invalidValue, "store \(path): \(layout.schema.name) \(state.id) as merged would not read as this app's \(swiftType) (\(failure.problem)); the state was not merged")
+                }
+                let (slot, tag, refused) = values.remove(at: position)
+                fieldVersions[tag] = nil
+                if let merged = state.fields[field], merged.value == refused { carried[field] = merged }
+                if !absent, triedOld.insert(field).inserted,
+                   let stored = try txn.get(dbs.records, key: StoreKeys.record(layout.schema.tag, state.id)),
+                   let old = try decodeStored(stored, layout.schema.name, state.id).value(of: tag), old != refused {
+                    values.append((slot, tag, old))
+                    values.sort { $0.slot < $1.slot }
+                    if let version = try versions(layout, state.id)?.fields[tag] { fieldVersions[tag] = version }
+                }
+                encoded = RecordEncoder.encode(tagged: values.lazy.map { ($0.tag, $0.value) }, capacity: encodedSizeHint)
+            }
+        }
         encodedSizeHint = min(max(256, encoded.bytes.count + 32), 1 << 16)
+        if !carried.isEmpty { try noteCarried(carried.keys, of: layout.schema.name, counters: sourceCounters) }
+        let versions = RecordVersions(incarnation: state.incarnation, tombstone: state.tombstone, fields: fieldVersions, carried: carried)
         return try put(layout, id: state.id, record: encoded, mode: .upsert, versions: versions, origin: origin, absent: absent)
+    }
+
+    /// Why `encoded` does not read back as `type` (and the field at fault, from the decoding
+    /// error's path), or nil when it does.
+    private static func typedReadProblem(_ type: any Record.Type, _ encoded: EncodedRecord, _ id: RecordID,
+                                         _ layout: TypeLayout) -> (field: String?, problem: String)? {
+        func check<R: Record>(_ type: R.Type) -> (field: String?, problem: String)? {
+            do {
+                _ = try RecordReader.decodeFields(type, encoded.bytes, id, layout)
+                return nil
+            } catch let error as DecodingError {
+                let field: String?
+                switch error {
+                case .keyNotFound(let key, let context): field = (context.codingPath.first ?? key).stringValue
+                case .typeMismatch(_, let context), .valueNotFound(_, let context), .dataCorrupted(let context):
+                    field = context.codingPath.first?.stringValue
+                @unknown default: field = nil
+                }
+                return (field, describe(error))
+            } catch {
+                return (nil, describe(error))
+            }
+        }
+        return check(type)
     }
 
     /// Settles the unique-index clashes this transaction's merges left, on the state the
@@ -809,6 +1113,14 @@ final class WriteContext: FieldTagResolver {
         }
         if schemaChanged {
             try SchemaMerger.saveSchema(catalog.schema, generation: catalog.generation, txn, dbs)
+        } else if carriedChanged {
+            try txn.put(dbs.meta, key: MetaKey.schemaGeneration, uint64: catalog.generation)
+        }
+        if carriedChanged { try catalog.carried.save(txn, dbs) }
+        if clockAheadChanged, let clockAheadOfSites {
+            let stored = Dictionary(uniqueKeysWithValues: clockAheadOfSites.map { ($0.key.description, $0.value) })
+            try txn.put(dbs.meta, key: MetaKey.clockAhead, value: Array(try JSONEncoder().encode(stored)))
+            clockAheadChanged = false
         }
         if !changes.isEmpty {
             let sequence = try txn.uint64(dbs.meta, key: MetaKey.nextSequence) ?? 1

@@ -49,6 +49,13 @@ public struct SyncKey: Sendable, Equatable {
     }
 
     var symmetricKey: SymmetricKey { SymmetricKey(data: bytes) }
+
+    /// A short name of the key that does not reveal it: 16 hex digits of an HMAC-SHA256 of a
+    /// fixed text with the key. Every store of a family shows the same one.
+    public var fingerprint: String {
+        HMAC<SHA256>.authenticationCode(for: Data("stash sync key fingerprint".utf8), using: symmetricKey)
+            .prefix(8).map { String(format: "%02x", $0) }.joined()
+    }
 }
 
 /// What applying one delta did.
@@ -140,13 +147,36 @@ public struct SyncStatus: Sendable, CustomStringConvertible {
     /// ``lastSuccess``; the store's also of the parked deltas retried at open), or the deltas
     /// a fetch refused; nil after a send or fetch that went through cleanly.
     public let lastError: String?
-    /// Enabled, nothing pending and no error: the only state in which to show "synced".
-    public var isUpToDate: Bool { enabled && pendingOutgoing == 0 && lastError == nil }
+    /// Deltas this store holds parked (they cannot merge with its schema yet), each as
+    /// `"name (why)"`: of the peer's site for one peer's status, of every source for the
+    /// store's. Their changes have not arrived here.
+    public let parkedHere: [String]
+    /// Deltas of this store that the peer (or a reader of the relay) holds parked, each with
+    /// why, as the peer says at the last sync with it (``SyncTransport/parkedAtPeer(for:)``);
+    /// for the store's status, at any peer. Those changes have not arrived there.
+    public let parkedAtPeer: [String]
+    /// Enabled, nothing pending, nothing parked on either side and no error: the only state
+    /// in which to show "synced".
+    public var isUpToDate: Bool { enabled && pendingOutgoing == 0 && lastError == nil && parkedHere.isEmpty && parkedAtPeer.isEmpty }
+
+    public init(enabled: Bool, pendingOutgoing: Int, lastSuccess: Date?, lastError: String?,
+                parkedHere: [String] = [], parkedAtPeer: [String] = []) {
+        self.enabled = enabled
+        self.pendingOutgoing = pendingOutgoing
+        self.lastSuccess = lastSuccess
+        self.lastError = lastError
+        self.parkedHere = parkedHere
+        self.parkedAtPeer = parkedAtPeer
+    }
 
     public var description: String {
         guard enabled else { return "sync off (\(pendingOutgoing) changes kept locally, shipped when sync is turned on)" }
-        if let lastError { return "error: \(lastError); \(pendingOutgoing) changes pending" }
-        return pendingOutgoing == 0 ? "up to date" : "\(pendingOutgoing) changes pending"
+        var parts: [String] = []
+        if let lastError { parts.append("error: \(lastError)") }
+        if !parkedHere.isEmpty { parts.append("\(parkedHere.count) delta(s) parked here until this schema can merge them: \(parkedHere.joined(separator: "; "))") }
+        if !parkedAtPeer.isEmpty { parts.append("\(parkedAtPeer.count) delta(s) of this store parked at the peer: \(parkedAtPeer.joined(separator: "; "))") }
+        if parts.isEmpty { return pendingOutgoing == 0 ? "up to date" : "\(pendingOutgoing) changes pending" }
+        return parts.joined(separator: "; ") + "; \(pendingOutgoing) changes pending"
     }
 }
 
@@ -206,16 +236,8 @@ public final class SyncEngine: Sendable {
         case (nil, nil):
             throw SyncError(.noFamily, "store \(store.path) has no sync family yet; configure SyncConfiguration.family (an account or container id) once")
         case (nil, let wanted?):
-            // Read again in the write that adopts it: another engine (or process) may have
-            // given the store a family since.
-            let adopted = try store.write(author: "sync") { tx -> RecordID in
-                if let now = try tx.metadata(for: Self.familyKey).flatMap({ RecordID(bytes: $0[...]) }) { return now }
-                try tx.setMetadata(wanted.bytes, for: Self.familyKey)
-                return wanted
-            }
-            guard adopted == wanted else {
-                throw SyncError(.foreignFamily, "store \(store.path) belongs to sync family \(adopted), not \(wanted); a store syncs with one family only")
-            }
+            // Adopted by the first exchange that goes through (``noteSuccess(in:)``): a refused
+            // import, or a sync that failed, leaves the store without a family, as it was.
             family = wanted
         case (let have?, nil):
             family = have
@@ -225,7 +247,23 @@ public final class SyncEngine: Sendable {
             }
             family = have
         }
-        try Self.adoptSite(of: store)
+        adoptsFamily = stored == nil
+        let remembered = try store.metadata(for: Self.keyFingerprintKey).map { String(decoding: $0, as: UTF8.self) }
+        switch (remembered, configuration.key) {
+        case (let known?, nil):
+            keyProblem = "store \(store.path) belongs to a family whose deltas are authenticated with a sync key (fingerprint \(known)), and none was given; configure that key (SyncConfiguration.key; with the stash command, --key-file FILE naming the family's key file)"
+        case (let known?, let given?) where given.fingerprint != known:
+            keyProblem = "the sync key given (fingerprint \(given.fingerprint)) is not the key of store \(store.path)'s family (fingerprint \(known)); configure the family's key (with the stash command, --key-file FILE naming the family's key file)"
+        default:
+            keyProblem = nil
+        }
+        if stored != nil {
+            try Self.adoptSite(of: store)
+            // A store that synced with its key before the library remembered keys learns it here.
+            if remembered == nil, let key = configuration.key {
+                try store.setMetadata(Array(key.fingerprint.utf8), for: Self.keyFingerprintKey)
+            }
+        }
         try Self.askForEverythingIfTypesTurnedSynced(store)
         guard isEnabled else { return }
         // A crash while parking (a full snapshot, say) left its temporary file, unseen.
@@ -236,6 +274,45 @@ public final class SyncEngine: Sendable {
     }
 
     static let siteKey = "sync.site"
+    static let keyFingerprintKey = "sync.keyFingerprint"
+
+    /// The store had no family when this engine opened: the first exchange that goes through
+    /// gives it ``family``.
+    private let adoptsFamily: Bool
+    /// Why this engine cannot exchange: the store's family authenticates its deltas and this
+    /// engine has no key, or another one (nil: it can).
+    private let keyProblem: String?
+
+    /// The fingerprint of the family's sync key this store remembers (it remembers it from its
+    /// first exchange with a key), or nil for a family without one. A store that remembers one
+    /// refuses every delta, signed or not, through an engine without that key.
+    public static func keyFingerprint(of store: Store) throws -> String? {
+        try store.metadata(for: keyFingerprintKey).map { String(decoding: $0, as: UTF8.self) }
+    }
+
+    /// Throws `.unauthenticated` when the store's family uses a key this engine lacks.
+    private func checkKey(_ what: String) throws {
+        if let keyProblem { throw SyncError(.unauthenticated, "\(what) refused: \(keyProblem)") }
+    }
+
+    /// In the write of an exchange that went through: gives the store this engine's family
+    /// (and marks its site) when it has none yet, and remembers the key's fingerprint.
+    /// - Throws: `.foreignFamily` when another engine gave the store another family meanwhile.
+    func noteSuccess(in tx: StoreTransaction) throws {
+        if adoptsFamily {
+            let now = try tx.metadata(for: Self.familyKey).flatMap { RecordID(bytes: $0[...]) }
+            if let now, now != family {
+                throw SyncError(.foreignFamily, "store \(store.path) belongs to sync family \(now), not \(family); a store syncs with one family only")
+            }
+            if now == nil {
+                try tx.setMetadata(family.bytes, for: Self.familyKey)
+                if try tx.metadata(for: Self.siteKey) == nil { try tx.setMetadata(site.bytes, for: Self.siteKey) }
+            }
+        }
+        if let key, try tx.metadata(for: Self.keyFingerprintKey) == nil {
+            try tx.setMetadata(Array(key.fingerprint.utf8), for: Self.keyFingerprintKey)
+        }
+    }
 
     /// A type turned from local-only to synced at the store's open (``Store/typesTurnedSyncedKey``):
     /// the records of it that peers sent were skipped while the watermarks moved past them.
@@ -381,8 +458,11 @@ public final class SyncEngine: Sendable {
     /// A peer that fell behind purged history gets a full snapshot (``Delta/isFullSnapshot``).
     /// A relay directory's delta leaves out what came through that relay directory (see
     /// ``arrivedThrough(_:in:)``).
+    /// A store without a family takes the engine's: the delta carries it.
     public func makeDelta(for peer: RecordID?, fullSnapshot: Bool = false) throws -> Delta {
-        try makeDelta(for: peer, watermark: peer?.description ?? PeerWatermark.relaySite, fullSnapshot: fullSnapshot)
+        try checkKey("an export")
+        if adoptsFamily, try Self.family(of: store) == nil { try store.write(author: "sync") { try noteSuccess(in: $0) } }
+        return try makeDelta(for: peer, watermark: peer?.description ?? PeerWatermark.relaySite, fullSnapshot: fullSnapshot)
     }
 
     /// ``makeDelta(for:fullSnapshot:)`` from the watermark named `name` (a transport's
@@ -394,7 +474,8 @@ public final class SyncEngine: Sendable {
             // Flushed inside the snapshot, so every commit it sees is on disk.
             if store.durability != .full { try store.flush() }
             let schema = snapshot.schema
-            let synced = Set(schema.types.filter { !$0.localOnly }.map(\.name))
+            // Types carried for other replicas travel as the synced ones do.
+            let synced = Self.syncedTypes(in: snapshot)
             let bounds = try snapshot.historyBounds()
             let watermark = try PeerWatermark.load(name, in: snapshot)
             let arrived = try Self.arrivedThrough(name, in: snapshot)
@@ -426,7 +507,7 @@ public final class SyncEngine: Sendable {
             return Delta(source: site, recipient: full ? nil : peer, family: family, schemaFingerprint: SchemaFingerprint.of(schema),
                          from: full ? 1 : watermark.sentThrough + 1, to: bounds.current.sequence,
                          isFullSnapshot: full, created: store.clock(), entries: entries,
-                         counterFields: Self.counterFields(of: schema))
+                         counterFields: Self.counterFields(of: schema).merging(snapshot.carriedCounterFields) { $0.union($1) })
         }
     }
 
@@ -459,6 +540,7 @@ public final class SyncEngine: Sendable {
     /// there): that one and its history consumer go, or they would hold back every purge.
     func acknowledge(watermark name: String, through: UInt64) throws {
         try store.write(author: "sync") { tx in
+            try noteSuccess(in: tx)
             var watermark = try PeerWatermark.load(name, in: tx)
             if name.hasPrefix(PeerWatermark.relaySite + "."), try tx.metadata(for: PeerWatermark.key(PeerWatermark.relaySite)) != nil {
                 try tx.setMetadata(nil, for: PeerWatermark.key(PeerWatermark.relaySite))
@@ -547,6 +629,7 @@ public final class SyncEngine: Sendable {
         guard isEnabled else {
             throw SyncError(.disabled, "sync is off for store \(store.path); it was kept local (turn the preference on and reopen)")
         }
+        try checkKey(name)
         var reader = try DeltaReader(data, key: key, name: name)
         // `delta` is the header until the entries are read: a small delta's at once (every
         // entry checked before anything else), a large one's on another thread while this one
@@ -601,30 +684,42 @@ public final class SyncEngine: Sendable {
             // fit. A full snapshot of the source, in its schema now, goes ahead of them all and
             // supersedes them. (A head waiting for types or fields this store does not know
             // yet fits once this store upgrades: no snapshot then.)
-            if let reason = parkReason(head.url), !reason.hasPrefix(Self.unknownPrefix),
+            if let reason = parkReason(head.url), !Self.waitsForThisStore(reason),
                try store.read({ try incompatibility(delta, in: $0) }) == nil {
                 try wantFullSnapshot(from: delta.source)
             }
             return .parked(reason: "waiting behind the parked deltas of \(source)")
         }
-        // The schema check runs in the write transaction that merges, against the schema it
-        // sees: another process cannot change the schema in between.
-        let result: Result<ApplyOutcome, Incompatibility> = try store.write(author: "sync") { tx in
+        // The checks run in the write transaction that merges, against the schema it sees:
+        // another process cannot change the schema in between. Every entry is checked
+        // (``DeltaEntryCheck``), whatever the schema fingerprints say.
+        var readsWhole = false
+        func merging() throws -> Result<ApplyOutcome, Incompatibility> {
+          try store.write(author: "sync") { tx -> Result<ApplyOutcome, Incompatibility> in
             var watermark = try PeerWatermark.load(source, in: tx)
             // A range applied before is a duplicate whatever its schema (checked first: parked
             // as incompatible, one applied before a migration here held back its source).
             if !delta.isFullSnapshot, delta.to <= watermark.receivedThrough { return .success(.duplicate) }
-            // With the same schema fingerprint, nothing in the entries can be incompatible: a
-            // streamed delta's entries need not all be read first. A rerun of this closure may
-            // see another schema than the run that streamed (a closure grouped before it wrote
-            // differently, another process wrote between two attempts): it then reads the rest
-            // and checks and merges every entry, those merged by the run before included.
-            let streaming = stream != nil && !entriesRead && SchemaFingerprint.of(tx.schema) == delta.schemaFingerprint
+            try noteSuccess(in: tx)
+            // With the same schema fingerprint, a streamed delta's entries are checked and
+            // merged as they are read (its counter list, which comes last, is checked after). A
+            // rerun of this closure may see another schema than the run that streamed (a
+            // closure grouped before it wrote differently, another process wrote between two
+            // attempts): it then reads the rest and checks and merges every entry, those merged
+            // by the run before included.
+            let streaming = !readsWhole && stream != nil && !entriesRead && SchemaFingerprint.of(tx.schema) == delta.schemaFingerprint
+            let check = DeltaEntryCheck(delta, name: name, schema: tx.schema)
             if !streaming {
+                // Every entry checked before anything merges: a delta that must wait is parked
+                // (even one with a gap before it, which the gap check below would refuse).
                 try readEntries()
-                if let reason = try incompatibility(delta, in: tx) { return .failure(Incompatibility(reason: reason)) }
+                for entry in delta.entries {
+                    try check.validate(entry)
+                    if let reason = try check.incompatibility(of: entry, local: { try tx.recordState(typeNamed: entry.type, id: entry.id) }) {
+                        return .failure(Incompatibility(reason: reason))
+                    }
+                }
             }
-            let localOnly = Set(tx.schema.types.filter(\.localOnly).map(\.name))
             if !delta.isFullSnapshot {
                 if delta.from > watermark.receivedThrough &+ 1, watermark.receivedThrough < .max {
                     throw SyncError(.gap, "\(name) covers \(delta.from)...\(delta.to) of \(source), but this store has applied only up to \(watermark.receivedThrough); deliver the missing deltas first")
@@ -640,12 +735,18 @@ public final class SyncEngine: Sendable {
             // clashes are settled after the last one, on the delta's final states.
             func merge(_ entries: [RecordState]) throws {
                 for entry in entries {
-                    if localOnly.contains(entry.type) {
+                    if streaming {
+                        try check.validate(entry)
+                        if let reason = try check.incompatibility(of: entry, local: { try tx.recordState(typeNamed: entry.type, id: entry.id) }) {
+                            throw Incompatibility(reason: reason)
+                        }
+                    }
+                    if check.isLocalOnly(entry) {
                         skipped.insert(entry.type)
                         continue
                     }
                     do {
-                        if try tx.merge(entry, origin: delta.source) { changed += 1 }
+                        if try tx.merge(entry, origin: delta.source, counters: delta.counterFields?[entry.type] ?? [], sentAt: delta.created) { changed += 1 }
                     } catch let error as StoreError where error.code == .invalidValue && !(entry.latestVersion?.isWithinClockRange ?? true) {
                         // A state with a version past the clock range (a broken clock, a forged delta),
                         // refused before anything was written, is left out the same way on every
@@ -662,6 +763,23 @@ public final class SyncEngine: Sendable {
                 while let batch = try stream.nextBatch() {
                     streamed.append(batch)
                     try merge(batch)
+                }
+                // The counter list, read last. The schemas are the same: the declared types'
+                // counters must be this store's. Fields the source carries as counters must
+                // merge as counters: the delta runs again, read whole, with the list at hand.
+                let listed = try stream.rest().counterFields
+                if let listed {
+                    let declared = SyncEngine.counterFields(of: tx.schema)
+                    for type in Set(listed.keys).union(declared.keys) {
+                        guard let schemaType = tx.schema.type(named: type), !schemaType.localOnly else { continue }
+                        let theirs = (listed[type] ?? []).filter { schemaType.field(named: $0) != nil }, ours = declared[type] ?? []
+                        if theirs != ours {
+                            throw SyncError(.invalidDelta, "\(name) lists the counter fields of \(type) as \(theirs.sorted()), although its schema is this store's, where they are \(ours.sorted()): no replica writes that, so its source (site \(delta.source)) is faulty or was tampered with by a holder of the family's key; refused, nothing of it was applied")
+                        }
+                    }
+                    if listed.contains(where: { type, fields in fields.contains { tx.schema.type(named: type)?.field(named: $0) == nil } }) {
+                        throw ReadWhole()
+                    }
                 }
             } else {
                 try merge(delta.entries)
@@ -680,6 +798,16 @@ public final class SyncEngine: Sendable {
             try watermark.save(in: tx)
             if delta.isFullSnapshot { try Self.fullSnapshotArrived(from: delta.source, in: tx) }
             return .success(.applied(entries: entryCount, changed: changed, uniqueClashes: clashes))
+          }
+        }
+        let result: Result<ApplyOutcome, Incompatibility>
+        do {
+            result = try merging()
+        } catch let incompatible as Incompatibility {
+            result = .failure(incompatible)
+        } catch is ReadWhole {
+            readsWhole = true
+            do { result = try merging() } catch let incompatible as Incompatibility { result = .failure(incompatible) }
         }
         // A full snapshot, applied or parked, holds everything the source's older parked deltas do.
         let superseded = waiting.filter { $0.to <= delta.to }
@@ -696,9 +824,19 @@ public final class SyncEngine: Sendable {
         }
     }
 
-    /// Why a delta cannot be applied yet (see ``incompatibility(_:in:)``).
+    /// Why a delta cannot be applied yet (see ``DeltaEntryCheck/incompatibility(of:local:)``).
     private struct Incompatibility: Error {
         let reason: String
+    }
+
+    /// A streamed delta whose counter list names fields this store carries without declaring
+    /// them: it is merged again, read whole, so that they merge as counters.
+    private struct ReadWhole: Error {}
+
+    /// The types whose changes go to peers: the schema's synced types, and those the store
+    /// carries for other replicas without declaring them.
+    static func syncedTypes(in reading: some StoreReading) -> Set<String> {
+        Set(reading.schema.types.filter { !$0.localOnly }.map(\.name)).union(reading.carriedTypeNames)
     }
 
     /// The counter fields of each synced type of `schema` that has any (``Delta/counterFields``).
@@ -711,41 +849,18 @@ public final class SyncEngine: Sendable {
         return result
     }
 
-    /// Why this store cannot apply `delta` yet (a type or field it does not know, a field of
-    /// another kind, a field one store merges as a counter and the other does not, or a record
-    /// that would lack a field required here), or nil.
+    /// Why this store cannot apply `delta` yet (a field one store merges as a counter and the
+    /// other does not, or a record that would lack a field required here: see
+    /// ``DeltaEntryCheck``), or nil. What it holds that no replica writes is no reason to wait:
+    /// nil too (the import refuses it).
     func incompatibility(_ delta: Delta, in reading: some StoreReading) throws -> String? {
-        let schema = reading.schema
-        if SchemaFingerprint.of(schema) == delta.schemaFingerprint { return nil }
+        let check = DeltaEntryCheck(delta, name: "delta", schema: reading.schema)
         for entry in delta.entries {
-            guard let type = schema.type(named: entry.type) else { return "\(Self.unknownPrefix)type \(entry.type)" }
-            // Local-only here: the merge leaves it out, so nothing of it can stand in the way.
-            if type.localOnly { continue }
-            // A field required here without a default (added while this store held no record of
-            // the type) that a source on an older schema never wrote, or wrote as nil (optional
-            // there, set and cleared): typed reads of the merged record would fail. The record
-            // here may have it, and then the merge keeps it.
-            let lacking = type.fields.filter { field in
-                !field.optional && field.defaultValue == nil && field.name != "id" && (entry.fields[field.name]?.value ?? .null) == .null
-            }
-            if entry.exists, !lacking.isEmpty {
-                let local = try reading.recordState(typeNamed: entry.type, id: entry.id)
-                let counters = Set(type.fields.filter { $0.counter == true }.map(\.name))
-                let merged = local.merged(with: entry, counters: counters)
-                if merged.exists, let missing = lacking.first(where: { (merged.fields[$0.name]?.value ?? .null) == .null }) {
-                    return "\(entry.type).\(missing.name) is required here and has no default, but \(entry.type) \(entry.id) from the source lacks it (or holds nil); give the field a default (Record.fieldDefaults) or make it optional"
-                }
-            }
-            for (name, field) in entry.fields {
-                guard let known = type.field(named: name) else { return "\(Self.unknownPrefix)field \(entry.type).\(name)" }
-                if let kind = field.value.kind, let knownKind = known.kind, kind != knownKind {
-                    return "\(entry.type).\(name) is \(knownKind.rawValue) here, \(kind.rawValue) in the delta"
-                }
-                let counterHere = known.counter == true
-                if let counters = delta.counterFields, (counters[entry.type]?.contains(name) ?? false) != counterHere {
-                    return "\(entry.type).\(name) is \(counterHere ? "a counter" : "a plain value") here but \(counterHere ? "a plain value" : "a counter") at the source; declare it the same way in both schemas"
-                }
-            }
+            guard (try? check.validate(entry)) != nil else { return nil }
+            let reason: String?
+            do { reason = try check.incompatibility(of: entry, local: { try reading.recordState(typeNamed: entry.type, id: entry.id) }) }
+            catch let error as SyncError where error.code == .invalidDelta { return nil }
+            if let reason { return reason }
         }
         return nil
     }
@@ -790,9 +905,17 @@ public final class SyncEngine: Sendable {
 
     private static func reasonFile(_ url: URL) -> URL { url.appendingPathExtension("reason") }
 
-    /// How the reasons of ``incompatibility(_:in:)`` that name a type or field unknown here
-    /// begin: such a delta fits once this store knows them (a newer app version).
+    /// How the reasons of older libraries that named a type or field unknown here began: such
+    /// a delta fits once this store knows them (it is carried now, and applies at the retry).
     static let unknownPrefix = "unknown "
+
+    /// Whether a parked delta with this reason waits for this store's schema to change (a
+    /// newer app version here): a field declared as a counter on one side only, or a type or
+    /// field unknown here (a reason of an older library). A full snapshot of its source would
+    /// wait the same way, so none is asked for.
+    static func waitsForThisStore(_ reason: String) -> Bool {
+        reason.hasPrefix(unknownPrefix) || reason.contains(DeltaEntryCheck.declaredDifferently)
+    }
 
     /// Applies parked deltas whose schema is now known (in source and range order).
     /// - Returns: how many were applied.
@@ -838,6 +961,31 @@ public final class SyncEngine: Sendable {
     /// Deltas waiting for a newer schema.
     public func parkedDeltas() -> [String] { Self.parkedDeltas(of: store) }
 
+    /// The deltas `store` holds parked (of `source` only, when given), each as `"name (why)"`.
+    public static func parkedReasons(of store: Store, from source: RecordID? = nil) -> [String] {
+        let directory = parkedDirectory(of: store)
+        return parkedDeltas(of: store).filter { source == nil || $0.hasPrefix(source!.description + "-") }.map { name in
+            let reason = (try? Data(contentsOf: reasonFile(directory.appendingPathComponent(name)))).map { String(decoding: $0, as: UTF8.self) }
+            return "\(name) (\(reason ?? "waits behind an earlier parked delta of its source"))"
+        }
+    }
+
+    static let parkedAtPeerKey = "sync.parkedAtPeer"
+
+    private static func decodeParked(_ bytes: [UInt8]) -> [String] {
+        (try? JSONDecoder().decode([String].self, from: Data(bytes))) ?? []
+    }
+
+    /// Keeps what the other end of `transport` says it holds parked of this store's deltas,
+    /// for ``status(peer:)``; nothing when it cannot say.
+    private func noteParkedAtPeer(via transport: some SyncTransport) throws {
+        guard let parked = try transport.parkedAtPeer(for: self) else { return }
+        let key = Self.parkedAtPeerKey + "." + (try transport.watermarkSite(for: self))
+        let value = parked.isEmpty ? nil : Array(try JSONEncoder().encode(parked))
+        guard try store.metadata(for: key) != value else { return }
+        try store.setMetadata(value, for: key)
+    }
+
     /// ``parkedDeltas()`` of `store`, without opening sync on it (which writes).
     public static func parkedDeltas(of store: Store) -> [String] {
         ((try? FileManager.default.contentsOfDirectory(atPath: parkedDirectory(of: store).path)) ?? []).filter { $0.hasSuffix(".delta") }.sorted()
@@ -859,6 +1007,7 @@ public final class SyncEngine: Sendable {
     private func send(via transport: some SyncTransport) throws -> (entries: Int, fullSnapshot: Bool, clashesAtPeer: [UniqueClash]) {
         try recordingOutcome(via: transport) {
             guard isEnabled else { throw SyncError(.disabled, "sync is off for store \(store.path); changes stay local") }
+            try checkKey("sending to \(try transport.watermarkSite(for: self))")
             guard try !store.isNewSiteRequested() else {
                 throw SyncError(.siteReused, "store \(store.path) was found to share its site \(site) with another replica; it takes a new site at its next open: reopen it, then sync")
             }
@@ -905,6 +1054,7 @@ public final class SyncEngine: Sendable {
     public func fetchChanges(via transport: some SyncTransport) throws -> SyncReport {
         try recordingOutcome(via: transport, problem: { $0.refused.isEmpty ? nil : "refused: \($0.refused.joined(separator: "; "))" }) {
             guard isEnabled else { throw SyncError(.disabled, "sync is off for store \(store.path); nothing fetched") }
+            try checkKey("fetching through \(try transport.watermarkSite(for: self))")
             try requestWantedFullSnapshots(via: transport)
             // Parked deltas whose schema another process has brought here apply now, and a
             // parked head with a gap before it asks for a full snapshot of its source.
@@ -1050,6 +1200,7 @@ public final class SyncEngine: Sendable {
             throw error
         }
         var report = try fetchChanges(via: transport)
+        try noteParkedAtPeer(via: transport)
         report.sentEntries = sent.entries
         report.sentFullSnapshot = sent.fullSnapshot
         report.uniqueClashesAtPeer = sent.clashesAtPeer
@@ -1093,6 +1244,7 @@ public final class SyncEngine: Sendable {
             let trouble = problem(result)
             let site = try? transport.watermarkSite(for: self)
             try store.write(author: "sync") { tx in
+                try noteSuccess(in: tx)
                 let now = Array(String(store.clock().timeIntervalSince1970).utf8)
                 for suffix in [""] + (site.map { ["." + $0] } ?? []) {
                     try tx.setMetadata(now, for: Self.lastSuccessKey + suffix)
@@ -1141,7 +1293,11 @@ public final class SyncEngine: Sendable {
         }
         // The last outcome of any sync: a failure with any peer shows here.
         let outcome = try store.read { try lastOutcome(in: $0, of: nil) }
-        return SyncStatus(enabled: enabled, pendingOutgoing: behind, lastSuccess: outcome.success, lastError: outcome.error)
+        let parkedAtPeers = try store.read { snapshot in
+            try snapshot.metadata(withPrefix: parkedAtPeerKey + ".").flatMap { decodeParked($0.value) }
+        }
+        return SyncStatus(enabled: enabled, pendingOutgoing: behind, lastSuccess: outcome.success, lastError: outcome.error,
+                          parkedHere: parkedReasons(of: store), parkedAtPeer: parkedAtPeers)
     }
 
     /// The status of the watermark named `site` (``PeerWatermark/site``, as ``peers(of:)``
@@ -1156,7 +1312,7 @@ public final class SyncEngine: Sendable {
     private static func status(of store: Store, site: String, enabled: Bool, outcomeOf: String?) throws -> SyncStatus {
         let peer = RecordID(string: site)
         return try store.read { snapshot in
-            let synced = Set(snapshot.schema.types.filter { !$0.localOnly }.map(\.name))
+            let synced = syncedTypes(in: snapshot)
             let watermark = try PeerWatermark.load(site, in: snapshot)
             let arrived = try arrivedThrough(site, in: snapshot)
             let bounds = try snapshot.historyBounds()
@@ -1170,7 +1326,9 @@ public final class SyncEngine: Sendable {
                 }
             }
             let outcome = try lastOutcome(in: snapshot, of: outcomeOf)
-            return SyncStatus(enabled: enabled, pendingOutgoing: pending, lastSuccess: outcome.success, lastError: outcome.error)
+            let atPeer = try snapshot.metadata(for: parkedAtPeerKey + "." + site).map(decodeParked) ?? []
+            return SyncStatus(enabled: enabled, pendingOutgoing: pending, lastSuccess: outcome.success, lastError: outcome.error,
+                              parkedHere: parkedReasons(of: store, from: peer), parkedAtPeer: atPeer)
         }
     }
 

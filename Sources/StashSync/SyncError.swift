@@ -18,6 +18,11 @@ public struct SyncError: Error, CustomStringConvertible, Sendable {
         /// newer library, or a faulty one, wrote it. Another copy, or a full snapshot from the
         /// same source, would read no better: upgrade Stash.
         public static let unreadableDelta = Code("unreadableDelta")
+        /// An intact, authenticated delta holding what no replica writes: a field named `id`
+        /// or with no name, a counter field whose value is no counter's state, a record lacking
+        /// a field that the source's schema, the same as this store's, requires. Its source is
+        /// faulty or hostile: a full snapshot of it would hold the same.
+        public static let invalidDelta = Code("invalidDelta")
         /// The delta belongs to another store family (account / container).
         public static let foreignFamily = Code("foreignFamily")
         /// The delta is not authenticated with this store's sync key (or has a wrong HMAC).

@@ -29,9 +29,15 @@ public protocol SyncTransport: Sendable {
     /// its own, so that two media are never taken for one. Default: the peer's site, or
     /// ``PeerWatermark/relaySite``.
     func watermarkSite(for engine: SyncEngine) throws -> String
+    /// The deltas of `engine`'s store that the other end holds parked (they cannot merge with
+    /// its schema yet), each as `"name (why)"`, for ``SyncStatus/parkedAtPeer``; nil when the
+    /// transport cannot tell. Default: nil.
+    func parkedAtPeer(for engine: SyncEngine) throws -> [String]?
 }
 
 extension SyncTransport {
+    public func parkedAtPeer(for engine: SyncEngine) throws -> [String]? { nil }
+
     public func watermarkSite(for engine: SyncEngine) throws -> String { peer?.description ?? PeerWatermark.relaySite }
 
     public func deliverReportingClashes(_ data: Data, delta: Delta, from engine: SyncEngine) throws -> [UniqueClash] {
@@ -146,6 +152,11 @@ public struct DirectTransport: SyncTransport {
     /// Whether `engine`'s changes should reach the other store as a full snapshot.
     public func fullSnapshotRequested(by engine: SyncEngine) throws -> Bool {
         try Self.isRequested(from: engine.site, in: other)
+    }
+
+    /// The deltas of `engine`'s store that the other store holds parked, with why.
+    public func parkedAtPeer(for engine: SyncEngine) throws -> [String]? {
+        SyncEngine.parkedReasons(of: other.store, from: engine.site)
     }
 
     /// Notes in `engine`'s store that it wants a full snapshot of `source`.
@@ -381,6 +392,12 @@ public struct RelayTransport: SyncTransport {
             if received > 0, !wantsFull, readAcknowledgement(ack) ?? 0 < received {
                 try AtomicFile.write(Data(String(received).utf8), to: ack)
             }
+            // Nothing of the source waits here any more (applied at a retry, or superseded): the
+            // note that said so goes.
+            let parkedNote = sourceFolder.appendingPathComponent("parked").appendingPathComponent(myself)
+            if !engine.hasParkedDeltas(from: source), FileManager.default.fileExists(atPath: parkedNote.path) {
+                try? FileManager.default.removeItem(at: parkedNote)
+            }
             var files = deltas(of: sourceFolder)
             // The source published past what this store has, and the files are gone (read and
             // cleaned up before this store joined): nothing here would show the gap, and the
@@ -418,13 +435,30 @@ public struct RelayTransport: SyncTransport {
                 let to = file.to
                 // Named by its path: the relay directory and the source's folder say where it
                 // came from, in every message about it.
+                let parkedNote = sourceFolder.appendingPathComponent("parked").appendingPathComponent(myself)
                 result.append(IncomingDelta(name: file.url.path, source: source, data: data) { outcome in
-                    if case .parked = outcome { return }
+                    // What a reader parks, it says beside the source's files: the source's
+                    // status then names it (``parkedAtPeer(for:)``).
+                    if case .parked(let reason) = outcome {
+                        try? AtomicFile.write(Data("\((file.url.lastPathComponent)) (\(reason))".utf8), to: parkedNote)
+                        return
+                    }
                     try AtomicFile.write(Data(String(to).utf8), to: ackDirectory.appendingPathComponent(myself))
                 })
             }
         }
         return result
+    }
+
+    /// What the readers of the relay hold parked of `engine`'s deltas (each reader notes it in
+    /// `DIR/<site>/parked/<reader>` when it parks, and removes it once nothing of the source
+    /// waits there), each as `"reader <site>: name (why)"`.
+    public func parkedAtPeer(for engine: SyncEngine) throws -> [String]? {
+        let notes = folder(engine.site).appendingPathComponent("parked")
+        let readers = ((try? FileManager.default.contentsOfDirectory(atPath: notes.path)) ?? []).filter { RecordID(string: $0) != nil }.sorted()
+        return readers.compactMap { reader in
+            (try? String(contentsOf: notes.appendingPathComponent(reader), encoding: .utf8)).map { "reader \(reader): \($0)" }
+        }
     }
 
     /// True when a reader asked for a full snapshot, or when this store's files have grown

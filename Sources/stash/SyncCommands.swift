@@ -5,7 +5,7 @@ import StashSync
 
 /// Options shared by the sync commands.
 struct SyncOptions: ParsableArguments {
-    @Option(name: .long, help: "A file whose bytes, every one, are the shared sync key (HMAC-SHA256; at least 16, e.g. `head -c 32 /dev/urandom > sync.key`). Every store of the family must use the same key: copy the file, never retype it (a newline more or less is another key).")
+    @Option(name: .long, help: "A file whose bytes, every one, are the shared sync key (HMAC-SHA256; at least 16, e.g. `head -c 32 /dev/urandom > sync.key`). Every store of the family must use the same key: copy the file, never retype it (a newline more or less is another key). A store remembers its family's key (its fingerprint, in `stash peers`) at its first exchange with it, and refuses every command without it from then on.")
     var keyFile: String?
 
     func key() throws -> SyncKey? {
@@ -89,9 +89,9 @@ struct Sync: ParsableCommand {
                 let there = try a.sync(via: DirectTransport(to: b))
                 printLine("\(directory) → \(other): \(there)")
                 // What the peer parked (a type or field its schema lacks) it has not applied.
-                let parked = SyncEngine.parkedDeltas(of: peerStore).filter { !parkedBefore.contains($0) }
+                let parked = SyncEngine.parkedReasons(of: peerStore).filter { entry in !parkedBefore.contains(where: { entry.hasPrefix($0 + " ") }) }
                 if !parked.isEmpty {
-                    printLine("\(other) parked \(parked.count) delta(s) until its schema catches up (open it with the newer schema; `stash peers \(other)` lists them): \(parked.joined(separator: ", "))")
+                    printLine("\(other) parked \(parked.count) delta(s) until its schema can merge them (`stash peers \(other)` lists them): \(parked.joined(separator: "; "))")
                 }
                 printLine("status: \(try a.status(peer: b.site)); peer: \(try b.status(peer: a.site))")
                 try failOnRefusals(there)
@@ -201,15 +201,18 @@ struct Peers: ParsableCommand {
         try runCommand {
             // Read-only: looking at a copy must not give it a site of its own.
             let store = try openExisting(directory, readOnly: true)
-            printLine("site \(store.siteID)  family \(try SyncEngine.family(of: store).map(\.description) ?? "none")  sync preference \(store.syncPreferenceAtOpen ? "on" : "off")")
+            let key = try SyncEngine.keyFingerprint(of: store).map { "sync key \($0)" } ?? "no sync key"
+            printLine("site \(store.siteID)  family \(try SyncEngine.family(of: store).map(\.description) ?? "none")  \(key)  sync preference \(store.syncPreferenceAtOpen ? "on" : "off")")
             guard try SyncEngine.family(of: store) != nil else { return }
             for peer in try SyncEngine.peers(of: store).sorted(by: { $0.site < $1.site }) {
                 let pending = try SyncEngine.status(of: store, site: peer.site, enabled: store.syncPreferenceAtOpen).pendingOutgoing
                 let forgotten = peer.forgotten.map { " (forgotten \(ISO8601DateFormatter().string(from: $0)): history it lacks may be purged)" } ?? ""
                 printLine("peer \(peer.site): sent through \(peer.sentThrough), received through \(peer.receivedThrough), \(pending) changes pending\(forgotten)")
             }
-            let parked = SyncEngine.parkedDeltas(of: store)
-            if !parked.isEmpty { printLine("parked deltas: \(parked.joined(separator: ", "))") }
+            let parked = SyncEngine.parkedReasons(of: store)
+            if !parked.isEmpty { printLine("parked deltas: \(parked.joined(separator: "; "))") }
+            let parkedElsewhere = try SyncEngine.status(of: store, enabled: store.syncPreferenceAtOpen).parkedAtPeer
+            if !parkedElsewhere.isEmpty { printLine("deltas of this store parked at peers: \(parkedElsewhere.joined(separator: "; "))") }
         }
     }
 }

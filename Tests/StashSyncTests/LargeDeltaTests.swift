@@ -124,12 +124,21 @@ import StashTestSupport
         #expect(try b.engine.apply(good) == .applied(entries: noteCount, changed: noteCount))
         #expect(try canonicalDump(b.store) == (try canonicalDump(a.store)))
 
-        // One that does not fit (a field unknown there) is parked whole, nothing merged.
+        // A field unknown there is carried: everything applies, and travels on.
         let c = try Device.open(dir.sub("c"), family: family, types: [NoteWithoutTag.self, Wallet.self, UserProfile.self, DeviceSecret.self])
-        guard case .parked = try c.engine.apply(good) else {
-            Issue.record("a delta naming a field unknown here was not parked")
+        #expect(try c.engine.apply(good) == .applied(entries: noteCount, changed: noteCount))
+        #expect(try c.store.count(NoteWithoutTag.self) == noteCount)
+        let d = try Device.open(dir.sub("d"), family: family)
+        #expect(try d.engine.apply(c.engine.makeDelta(for: d.store.siteID).encoded()) == .applied(entries: noteCount, changed: noteCount))
+        #expect(try canonicalDump(d.store) == (try canonicalDump(a.store)))
+
+        // One that cannot merge (a field required there that the notes lack) is parked whole,
+        // nothing merged.
+        let e = try Device.open(dir.sub("e"), family: family, types: [NoteRequiringPriority.self, Wallet.self, UserProfile.self, DeviceSecret.self])
+        guard case .parked = try e.engine.apply(good) else {
+            Issue.record("a delta lacking a field required here was not parked")
             return
         }
-        #expect(try c.store.count(NoteWithoutTag.self) == 0)
+        #expect(try e.store.count(NoteRequiringPriority.self) == 0)
     }
 }

@@ -279,21 +279,54 @@ import StashTestSupport
         #expect(try b.engine.apply(good) == .applied(entries: 1, changed: 1))
     }
 
-    @Test func deltaFromANewerSchemaIsParkedThenApplied() throws {
+    /// A delta whose source merges a field as a counter where this store does not (another
+    /// version of the app) cannot merge: it is parked whole, and applies once the schema
+    /// declares the field as the source does.
+    @Test func aDeltaThatCannotMergeYetIsParkedThenApplied() throws {
         let dir = TemporaryDirectory()
         let a = try Device.open(dir.sub("a"), family: family)
-        let b = try Device.open(dir.sub("b"), family: family, types: [Note.self])
+        let b = try Device.open(dir.sub("b"), family: family, types: [Note.self, PlainWallet.self])
         try a.store.insert(Wallet())
         try a.store.insert(Note(title: "t", body: "b"))
         let report = try a.sync(with: b)
         #expect(report.parked.isEmpty)   // the send side: B parked it
         #expect(b.engine.parkedDeltas().count == 1)
         #expect(try b.store.count(Note.self) == 0, "nothing of a parked delta is applied")
-        // The app upgrades: B reopens with Wallet known; the parked delta applies at open.
+        // The app upgrades: B reopens with Wallet.credits a counter; the parked delta applies at open.
         let upgraded = try Device.open(dir.sub("b"), family: family)
         #expect(upgraded.engine.parkedDeltas().isEmpty)
         #expect(try upgraded.store.count(Wallet.self) == 1)
         #expect(try upgraded.store.count(Note.self) == 1)
+    }
+
+    /// A delta from a newer app version (a type this one does not declare) applies at once:
+    /// the records of the unknown type are carried, with their versions, sent on to other
+    /// stores, and become records when the app declares the type. Before, the delta was parked
+    /// and nothing of the source arrived until this app upgraded.
+    @Test func deltaFromANewerSchemaAppliesAndCarriesWhatItDoesNotDeclare() throws {
+        let dir = TemporaryDirectory()
+        let a = try Device.open(dir.sub("a"), family: family)
+        let b = try Device.open(dir.sub("b"), family: family, types: [Note.self])
+        var wallet = Wallet()
+        wallet.credits.add(3, site: a.store.siteID)
+        try a.store.insert(wallet)
+        let note = Note(title: "t", body: "b")
+        try a.store.insert(note)
+        let report = try a.sync(with: b)
+        #expect(report.parked.isEmpty && b.engine.parkedDeltas().isEmpty, "\(report)")
+        #expect(try b.store.get(Note.self, id: note.id) == note)
+        #expect(try b.store.read { $0.carriedTypeNames } == ["Wallet"])
+        #expect(try b.store.read { $0.schema.type(named: "Wallet") } == nil, "an import never changes the schema")
+        #expect(try b.store.verify().isClean)
+        // A third store of the newer version hears of the wallet from B alone.
+        let c = try Device.open(dir.sub("c"), family: family)
+        try b.sync(with: c)
+        #expect(try credits(c.store, wallet.id) == 3)
+        // The app upgrades: B reopens with Wallet declared and reads the wallet.
+        let upgraded = try Device.open(dir.sub("b"), family: family)
+        #expect(try credits(upgraded.store, wallet.id) == 3)
+        #expect(try upgraded.store.read { $0.carriedTypeNames }.isEmpty)
+        #expect(try upgraded.store.verify().isClean)
     }
 
     /// After one delta was parked for a newer schema, each later change of the source failed
@@ -304,7 +337,7 @@ import StashTestSupport
     @Test func deltasWaitBehindAParkedOneWithoutFullSnapshots() throws {
         let dir = TemporaryDirectory()
         let a = try Device.open(dir.sub("a"), family: family)
-        let b = try Device.open(dir.sub("b"), family: family, types: [Note.self])
+        let b = try Device.open(dir.sub("b"), family: family, types: [Note.self, PlainWallet.self])
         try a.store.insert(Wallet())
         try a.sync(with: b)
         #expect(b.engine.parkedDeltas().count == 1)
@@ -330,7 +363,7 @@ import StashTestSupport
     @Test func aParkedDeltaWithAGapBeforeItDoesNotStallItsSource() throws {
         let dir = TemporaryDirectory()
         let a = try Device.open(dir.sub("a"), family: family)
-        var b = try Device.open(dir.sub("b"), family: family, types: [Note.self])
+        var b = try Device.open(dir.sub("b"), family: family, types: [Note.self, PlainWallet.self])
         /// The next delta for B, taken as delivered by A unless `delivered` is false.
         func next(delivered: Bool = true) throws -> Data {
             let delta = try a.engine.makeDelta(for: b.engine.site)
@@ -410,7 +443,63 @@ import StashTestSupport
         try b.sync(with: x)
         try x.sync(with: b)
         #expect(try b.store.get(Note.self, id: note.id)?.title == "later, honestly")
-        #expect(try x.store.get(Note.self, id: note.id)?.title == "later, honestly")
+        // A third device hears of both through B, and of X's edit again from X itself: the
+        // same write maps to the same version, so the later honest edit stays.
+        let c = try Device.open(dir.sub("c"), family: family, clock: honest)
+        try b.sync(with: c)
+        try x.sync(with: c)
+        try b.sync(with: c)
+        #expect(try c.store.get(Note.self, id: note.id)?.title == "later, honestly")
+        #expect(try b.store.get(Note.self, id: note.id)?.title == "later, honestly")
+        // X's own store keeps its write until its clock passes it (documented): every version
+        // made since, by clocks that are right, is older to X.
+        #expect(try x.store.get(Note.self, id: note.id)?.title == "from the future")
+    }
+
+    /// A version stamped in the year 2200 (a forged delta, or a device clock gone wrong) was
+    /// stored as sent and beat every honest edit made after it, wherever it was made. Now a
+    /// version more than 2 minutes ahead of a store's clock is taken as made when it arrived
+    /// there: an edit made after that wins, on the store that received it and on another that
+    /// did not, and the stores converge.
+    @Test func aFarFutureVersionCannotWinAgainstALaterEdit() throws {
+        let dir = TemporaryDirectory()
+        let clock = TestClock()
+        let a = try Device.open(dir.sub("a"), family: family, clock: clock)
+        let b = try Device.open(dir.sub("b"), family: family, clock: clock)
+        let note = Note(title: "t", body: "b")
+        try a.store.insert(note)
+        try a.sync(with: b)
+        // A forged state from a site that is no store: title stamped in the year 2200.
+        var state = try a.store.read { try $0.recordState(typeNamed: "Note", id: note.id) }
+        let forger = RecordID()
+        let year2200 = Version(clock: UInt64(7_258_118_400_000) << 16, site: forger)
+        state.fields["title"] = FieldState(value: .string("from 2200"), version: year2200)
+        let forged = Delta(source: forger, recipient: nil, family: family, schemaFingerprint: [UInt8](repeating: 0, count: 32),
+                           from: 1, to: 1, isFullSnapshot: false, created: clock.now, entries: [state], counterFields: [:])
+        #expect(try a.engine.apply(forged.encoded()) == .applied(entries: 1, changed: 1))
+        #expect(try a.store.get(Note.self, id: note.id)?.title == "from 2200")
+        let stored = try a.store.read { try $0.recordState(typeNamed: "Note", id: note.id) }.fields["title"]!.version
+        #expect(stored.site == forger && stored.date < clock.now.addingTimeInterval(maximumClockSkew), "kept as \(stored.date)")
+        // The same write arriving again later (in a full snapshot of its source) maps to the
+        // same version: nothing changes.
+        clock.advance(10)
+        var again = forged
+        again.isFullSnapshot = true
+        #expect(try a.engine.apply(again.encoded()) == .applied(entries: 1, changed: 0))
+
+        // B never received it; B's user edits a second later, A's user a second after that.
+        clock.advance(1)
+        try b.store.update(Note.self, id: note.id) { $0.body = "edited on b" ; $0.title = "b's title" }
+        try a.sync(with: b)
+        #expect(try a.store.get(Note.self, id: note.id)?.title == "b's title")
+        #expect(try b.store.get(Note.self, id: note.id)?.title == "b's title")
+        clock.advance(1)
+        try a.store.update(Note.self, id: note.id) { $0.title = "a's title" }
+        try a.sync(with: b)
+        for store in [a.store, b.store] {
+            #expect(try store.get(Note.self, id: note.id)?.title == "a's title")
+            #expect(try store.verify().isClean)
+        }
     }
 
     @Test func aPeerBehindPurgedHistoryGetsAFullSnapshotAndKeepsItsOwnChanges() throws {
@@ -631,7 +720,7 @@ import StashTestSupport
         let dir = TemporaryDirectory()
         let (_, relay) = try makeRelay(dir)
         let a = try Device.open(dir.sub("a"), family: family)
-        let b = try Device.open(dir.sub("b"), family: family, types: [Note.self])
+        let b = try Device.open(dir.sub("b"), family: family, types: [Note.self, PlainWallet.self])
         try a.store.insert(Wallet())
         try a.engine.sync(via: relay)
         try b.engine.sync(via: relay)
@@ -1506,7 +1595,10 @@ import StashTestSupport
             gadget.name = "desk lamp"
             try s.store.update(gadget)
             try s.sync(with: r)
-            #expect(r.engine.parkedDeltas().count == 1)
+            // The size in the old kind is carried beside the record, which keeps its own; the
+            // name applies (before, the whole delta was parked for the size).
+            #expect(r.engine.parkedDeltas().isEmpty)
+            #expect(try r.store.get(GadgetSizeAsText.self, id: gadget.id) == GadgetSizeAsText(id: gadget.id, name: "desk lamp", size: "size 3"))
         }
         let s = try open("s", migrated: true)
         try s.store.update(GadgetSizeAsText(id: gadget.id, name: "reading lamp", size: "size 3"))
@@ -1802,9 +1894,9 @@ import StashTestSupport
     @Test func aFailingParkedDeltaHoldsBackItsSourceOnly() throws {
         let dir = TemporaryDirectory()
         let source = try Device.open(dir.sub("source"), family: family)
-        let note = Note(title: "parked until Note is known", body: "")
+        let note = Note(title: "parked until Note has no required priority", body: "")
         try source.store.insert(note)
-        let receiver = try Device.open(dir.sub("receiver"), family: family, types: [Wallet.self])
+        let receiver = try Device.open(dir.sub("receiver"), family: family, types: [Wallet.self, NoteRequiringPriority.self])
         let outcome = try receiver.engine.apply(try source.engine.makeDelta(for: receiver.store.siteID).encoded())
         guard case .parked = outcome else { Issue.record("not parked: \(outcome)"); return }
         // A damaged parked file of another source, sorting first.

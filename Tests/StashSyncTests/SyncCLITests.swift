@@ -97,21 +97,25 @@ import StashTestSupport
         }
     }
 
-    /// `sync a b` said "up to date" when b parked everything a sent (a type b's schema lacks):
-    /// only `sync b a` told. Now the parking is printed in either order.
+    /// `sync a b` said "up to date" when b parked everything a sent (a field b requires that
+    /// a's records lack): only `sync b a` told. Now the parking is printed in either order.
     @Test func aDeltaTheOtherStoreParksIsReported() throws {
         let dir = TemporaryDirectory("sync-cli-parked")
         let a = dir.sub("a"), b = try makeStore(dir, "b")
-        let wider = dir.sub("wider.json")
+        let wider = dir.sub("wider.json"), requiring = dir.sub("requiring.json")
         try #"{"types": [{"name": "Note", "fields": [{"name": "title", "kind": "string"}]}, {"name": "Tag", "fields": [{"name": "label", "kind": "string"}]}]}"#
             .write(toFile: wider, atomically: true, encoding: .utf8)
+        try #"{"types": [{"name": "Note", "fields": [{"name": "title", "kind": "string"}]}, {"name": "Tag", "fields": [{"name": "label", "kind": "string"}, {"name": "weight", "kind": "int"}]}]}"#
+            .write(toFile: requiring, atomically: true, encoding: .utf8)
         #expect(try stash("init", a, "--schema", wider).status == 0)
+        #expect(try stash("init", b, "--schema", requiring).status == 0)
         #expect(try stash("put", a, "Tag", #"{"label": "t"}"#).status == 0)
         let sync = try stash("sync", a, b)
         #expect(sync.stdout.contains("parked 1 delta(s)") && sync.stdout.contains("stash peers"), "\(sync.stdout)")
-        // Once b's schema knows Tag, opening sync on b applies the parked delta. That was
-        // silent: the exchange then received nothing, and an import of the same delta said
-        // "already applied; nothing to do", while the record appeared.
+        #expect(sync.stdout.contains("Tag.weight is required here"), "the reason is named: \(sync.stdout)")
+        // Once b's schema no longer requires the weight, opening sync on b applies the parked
+        // delta. That was silent: the exchange then received nothing, and an import of the
+        // same delta said "already applied; nothing to do", while the record appeared.
         #expect(try stash("init", b, "--schema", wider).status == 0)
         let again = try stash("sync", a, b)
         #expect(again.status == 0, "\(again.stderr)")
@@ -121,6 +125,7 @@ import StashTestSupport
 
         // The same through import-delta: parked on import, applied when the next import opens sync.
         let c = try makeStore(dir, "c")
+        #expect(try stash("init", c, "--schema", requiring).status == 0)
         let cSite = try Store.open(at: c).siteID.description
         let family = try #require(try SyncEngine.family(of: Store.open(at: a))).description
         #expect(try stash("put", a, "Tag", #"{"label": "u"}"#).status == 0)
@@ -192,5 +197,43 @@ import StashTestSupport
         let missing = try stash("sync", a, "--relay", dir.sub("no-such-relay"))
         #expect(missing.status != 0)
         #expect(missing.stderr.contains("unavailable"))
+    }
+
+    /// A store remembers its family's key: a command without `--key-file` (or with another
+    /// key) is refused, naming the key's fingerprint, where an unsigned delta was accepted
+    /// before. A fresh store that refuses a delta made for another store keeps no family (it
+    /// adopted the delta's before, and `stash peers` showed it).
+    @Test func aStoreRemembersItsFamilysKeyAndARefusedImportChangesNothing() throws {
+        let dir = TemporaryDirectory("sync-cli-key")
+        let a = try makeStore(dir, "a"), b = try makeStore(dir, "b"), c = try makeStore(dir, "c")
+        let keyFile = dir.sub("family.key"), otherKey = dir.sub("other.key")
+        try Data((0..<32).map { UInt8($0) }).write(to: URL(fileURLWithPath: keyFile))
+        try Data((0..<32).map { UInt8(255 - $0) }).write(to: URL(fileURLWithPath: otherKey))
+        let fingerprint = try SyncKey(Data(contentsOf: URL(fileURLWithPath: keyFile))).fingerprint
+        #expect(try stash("put", a, "Note", #"{"title": "first"}"#).status == 0)
+        let first = try stash("sync", a, b, "--key-file", keyFile)
+        #expect(first.status == 0, "\(first.stderr)")
+        #expect(try stash("peers", b).stdout.contains("sync key \(fingerprint)"))
+
+        #expect(try stash("put", a, "Note", #"{"title": "second"}"#).status == 0)
+        let bSite = try Store.open(at: b).siteID.description
+        let file = dir.sub("for-b.delta")
+        let keyless = try stash("export-delta", a, "--peer", bSite, "-o", file)
+        #expect(keyless.status == 1 && keyless.stderr.contains(fingerprint) && keyless.stderr.contains("--key-file"), "\(keyless.stderr)")
+        #expect(try stash("export-delta", a, "--peer", bSite, "-o", file, "--key-file", keyFile).status == 0)
+        for key in [nil, otherKey] {
+            let refused = try StashExecutable.run(["import-delta", b, file] + (key.map { ["--key-file", $0] } ?? []))
+            #expect(refused.status == 1 && refused.stderr.contains(fingerprint), "\(refused.stderr)")
+            #expect(try stash("count", b, "Note").stdout == "1\n")
+        }
+        let applied = try stash("import-delta", b, file, "--key-file", keyFile)
+        #expect(applied.status == 0, "\(applied.stderr)")
+        #expect(try stash("count", b, "Note").stdout == "2\n")
+
+        // c has no family: the delta made for b is refused, and c stays without one.
+        let family = try #require(try SyncEngine.family(of: Store.open(at: a))).description
+        let wrongStore = try stash("import-delta", c, file, "--family", family, "--key-file", keyFile)
+        #expect(wrongStore.status == 1, "\(wrongStore.stdout)")
+        #expect(try stash("peers", c).stdout.contains("family none"), "the refused import adopted the family")
     }
 }

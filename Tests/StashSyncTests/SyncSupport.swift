@@ -51,6 +51,27 @@ struct Wallet: Record, Equatable {
     var credits = Counter()
 }
 
+/// ``Wallet`` as an app version that merges `credits` as a plain map, not as a counter: a
+/// delta whose source merges it as a counter cannot merge here (the stores would never agree
+/// on the value), and waits, parked, until this app declares it as the source does.
+struct PlainWallet: Record, Equatable {
+    static var recordType: String { "Wallet" }
+    var id = RecordID()
+    var credits: [String: [String: Counter.Totals]]?
+}
+
+/// ``Note`` as an app version that requires a `priority` (no default): a note from a version
+/// without it cannot be stored here, so a delta holding one waits, parked.
+struct NoteRequiringPriority: Record, Equatable {
+    static var recordType: String { "Note" }
+    var id = RecordID()
+    var title: String
+    var body: String
+    var pinned = false
+    var tag: String?
+    var priority: Int
+}
+
 struct UserProfile: Record, Equatable {
     var id = RecordID()
     var kind = "profile"
