@@ -58,7 +58,8 @@ public final class FeatureGate: Sendable {
     let parentWalks = Atomic(0)
     /// Counts brought up to a newer state from the store's own commits, reading nothing (for tests).
     let countsFromCommits = Atomic(0)
-    let maxOfflineAge: Int64
+    /// ``GateConfiguration/offlinePolicy`` in milliseconds.
+    let offlineAllowances: PerPeriod
     let trialLength: Int64?
     /// What every check reads: plain values, so reading them neither allocates nor retains.
     let hot: Mutex<HotState>
@@ -146,11 +147,15 @@ public final class FeatureGate: Sendable {
     private init(store: Store, configuration: GateConfiguration) throws {
         self.store = store
         self.configuration = configuration
-        rules = try configuration.limits.map { try $0.resolved(in: store).keepingRecentCounts(in: store) }
+        var names: Set<String> = []
+        for rule in configuration.limits where !names.insert(rule.name).inserted {
+            throw GateError(.invalidConfiguration, "gate: two limits are named '\(rule.name)' (store \(store.path)); name each with .named(_:), so that a denial says which one was hit")
+        }
+        rules = try LimitRule.reasons(of: configuration.limits).map { try $0.resolved(in: store).keepingRecentCounts(in: store) }
         countsCache = Mutex(CountsCache(repeating: RuleCounts(), count: rules.count))
         writeParents = Mutex([GroupsOver.Base?](repeating: nil, count: rules.count))
         clockGuard = ClockGuard(wall: configuration.clock ?? store.clock)
-        maxOfflineAge = milliseconds(seconds: configuration.maxOfflineAge)
+        offlineAllowances = PerPeriod(configuration.offlinePolicy)
         trialLength = configuration.trialLength.map { milliseconds(seconds: $0) }
         snapshotKey = "gate.snapshot." + hex(digest16("stash.gate.user", configuration.userID))
         creditsEnabled = store.schema.type(named: CreditAccount.recordType) != nil
@@ -404,10 +409,18 @@ public final class FeatureGate: Sendable {
         }
         var status = Entitlements.status(of: name, in: snapshot.transactions, atMilliseconds: reference)
         var reason = origin
-        if status.isActive && status.state != .lifetime && millisecondsBetween(reference, milliseconds(snapshot.serverTime)) > maxOfflineAge {
-            status = EntitlementStatus(name, .stale, expiresAt: status.expiresAt.map(milliseconds),
-                                       transaction: snapshot.transactions.first { $0.id == status.transactionID })
-            reason = .stale
+        if status.isActive && status.state != .lifetime {
+            // Only grants within their period's offline allowance count (see OfflinePolicy).
+            let age = millisecondsBetween(reference, milliseconds(snapshot.serverTime))
+            let fresh = snapshot.transactions.filter { $0.type != .autoRenewable || age <= offlineAllowances[$0.period] }
+            let inForce = Entitlements.status(of: name, in: fresh, atMilliseconds: reference)
+            if inForce.isActive {
+                status = inForce
+            } else {
+                status = EntitlementStatus(name, .stale, expiresAt: status.expiresAt.map(milliseconds),
+                                           transaction: snapshot.transactions.first { $0.id == status.transactionID })
+                reason = .stale
+            }
         }
         return EntitlementDecision(status: status, reason: reason, referenceTime: referenceTime,
                                    snapshotSequence: snapshot.sequence, snapshotServerTime: snapshot.serverTime,
@@ -427,7 +440,12 @@ public final class FeatureGate: Sendable {
         if state.summary.lifetime {
             access.isPremium = true
         } else if reference < state.summary.timeLimitedEnd {
-            if millisecondsBetween(reference, state.serverTime) > maxOfflineAge { access.reason = .stale } else { access.isPremium = true }
+            let age = millisecondsBetween(reference, state.serverTime)
+            if PerPeriod.anyInForce(ends: state.summary.endsByPeriod, allowances: offlineAllowances, reference: reference, age: age) {
+                access.isPremium = true
+            } else {
+                access.reason = .stale
+            }
         }
         var lastTrialEnd = state.summary.trialEnd
         if let trialLength, state.firstLaunch != Int64.min {
@@ -537,8 +555,8 @@ public final class FeatureGate: Sendable {
             throw countingFailed(action, tx.store, error)
         }
         guard decision.isAllowed else {
-            throw GateError(.denied, "gate: \(describe(action)) denied: \(decision.denial!) (tier \(decision.tier.rawValue): \(decision.reason.summary))",
-                            decision: decision)
+            throw GateError(.denied, "gate: \(describe(action)) denied: \(decision.denial!)" + (decision.limit.map { " (\($0))" } ?? "")
+                            + " (tier \(decision.tier.rawValue): \(decision.reason.summary))", decision: decision)
         }
         return decision
     }
@@ -632,23 +650,56 @@ public final class FeatureGate: Sendable {
         let rules = ownStore ? self.rules : try self.rules.map { try $0.resolved(in: reading.store) }
         let isSnapshot = ownStore && S.self == StoreSnapshot.self
         var sequence = isSnapshot && readsSequenceFirst.load(ordering: .relaxed) ? try reading.historySequence() : nil
-        var reached: DenialReason?
+        // The created type's own limit in the parent it goes into: the most precise answer,
+        // also when that parent holds more than the limit (after a downgrade).
+        if let parent = action.parent {
+            for rule in rules where rule.parentField != nil && rule.matches(action) {
+                let count = try rule.counter.count(reading, parent: parent)
+                if count >= rule.maximum {
+                    return .deny(rule.reason, access, limit: LimitUsage(name: rule.name, maximum: rule.maximum, count: count, parent: parent))
+                }
+            }
+        }
+        // Then the created type's own limit in all (reached, or past after a downgrade), and any
+        // other limit past its maximum: the downgrade-safe rule, naming the limit.
+        var over: LimitUsage?
+        var reached: (DenialReason, LimitUsage)?
         for (position, rule) in rules.enumerated() {
             let counts = try counts(position, rule, reading, isSnapshot: isSnapshot, ownStore: ownStore, sequence: &sequence)
             if rule.parentField == nil {
-                if counts.total > rule.maximum { return .deny(.overLimit, access) }
-                if reached == nil, counts.total >= rule.maximum, rule.matches(action) { reached = rule.denial }
-            } else if counts.groups.any {
-                return .deny(.overLimit, access)
+                let usage = LimitUsage(name: rule.name, maximum: rule.maximum, count: counts.total, parent: nil)
+                if counts.total > rule.maximum && rule.matches(action) { return .deny(rule.reason, access, limit: usage) }
+                if counts.total > rule.maximum, over == nil { over = usage }
+                if counts.total >= rule.maximum, rule.matches(action) { reached = (rule.reason, usage) }
+            } else if counts.groups.any, over == nil {
+                over = try largestGroup(rule, counts, reading)
             }
         }
-        if let reached { return .deny(reached, access) }
+        if let over { return .deny(.overLimit, access, limit: over) }
+        if let (reason, usage) = reached { return .deny(reason, access, limit: usage) }
+        // Allowed by every count: the parent must exist (one lookup; denials need none).
         if let parent = action.parent {
             for rule in rules where rule.parentField != nil && rule.matches(action) {
-                if try rule.counter.count(reading, parent: parent) >= rule.maximum { return .deny(rule.denial, access) }
+                if let lookup = rule.parent, try !lookup.exists(reading, parent) {
+                    throw GateError(.parentNotFound, "gate: \(describe(action)) refused: store \(reading.store.path) has no \(lookup.typeName) \(parent) (deleted, here or on a synced device, or a wrong id); the limit '\(rule.name)' counts records per existing \(lookup.typeName)")
+                }
             }
         }
         return .allow(access)
+    }
+
+    /// A parent over `rule`'s limit with its count (on a denial only); the total when the
+    /// counter could not name the parents.
+    private func largestGroup<S: StoreReading>(_ rule: LimitRule, _ counts: RuleCounts, _ reading: S) throws -> LimitUsage {
+        guard let parents = counts.groups.parents, !parents.isEmpty else {
+            return LimitUsage(name: rule.name, maximum: rule.maximum, count: counts.total, parent: nil)
+        }
+        var largest = (parent: parents[0], count: try rule.counter.count(reading, parent: parents[0]))
+        for parent in parents.dropFirst() {
+            let count = try rule.counter.count(reading, parent: parent)
+            if count > largest.count || (count == largest.count && parent < largest.parent) { largest = (parent, count) }
+        }
+        return LimitUsage(name: rule.name, maximum: rule.maximum, count: largest.count, parent: largest.parent)
     }
 
     /// The counts of `rule` (at `position` in ``rules``) in `reading`: from ``countsCache``

@@ -30,6 +30,9 @@ public struct GateError: Error, CustomStringConvertible, Sendable {
         public static let denied = Code("denied")
         /// A credit spend with no credits left.
         public static let insufficientCredits = Code("insufficientCredits")
+        /// A creation names a parent that does not exist, for a per-parent limit that knows
+        /// its parent type (``LimitRule/maxRecords(_:_:per:of:)``).
+        public static let parentNotFound = Code("parentNotFound")
         /// The gate's configuration cannot work with this store (missing index, unknown type).
         public static let invalidConfiguration = Code("invalidConfiguration")
         /// The store failed; ``GateError/underlying`` holds the cause.
