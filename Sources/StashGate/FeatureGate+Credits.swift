@@ -203,8 +203,7 @@ extension FeatureGate {
         // Another process may have settled the stored clock with a newer snapshot: take it up
         // first, or this save would raise the clock again.
         try refresh(from: tx)
-        _ = clockGuard.referenceMilliseconds
-        try clockGuard.save(in: tx, threshold: 1000)
+        try saveState(in: tx, threshold: 1000)
     }
 
     /// Credits consumable purchases of a snapshot once each, and takes back refunded ones.

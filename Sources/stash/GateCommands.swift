@@ -10,9 +10,12 @@ struct Gate: ParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Entitlements and free-tier limits; keys and signed snapshots.",
         discussion: """
-        stash gate DIR VERB …          a store's entitlement, limits and credits (stash gate DIR --help)
-        stash gate keygen NAME         an Ed25519 key pair: NAME.private (server), NAME.public (app)
-        stash gate sign-snapshot FILE  sign a snapshot's JSON into the envelope apply-snapshot takes
+        stash gate DIR VERB …          a store's entitlement, limits, credits
+                                       (stash gate on-store --help)
+        stash gate keygen NAME         an Ed25519 key pair: NAME.private for
+                                       the server, NAME.public for the app
+        stash gate sign-snapshot FILE  sign a snapshot's JSON into the
+                                       envelope apply-snapshot takes
         """,
         subcommands: [GateOnStore.self, GateKeygen.self, GateSignSnapshot.self],
         defaultSubcommand: GateOnStore.self)
@@ -28,6 +31,7 @@ struct GateOnStore: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "on-store",
         abstract: "Entitlements and free-tier limits of a store: stash gate DIR VERB.",
+        usage: "stash gate <directory> <verb> [<operands> ...] [<options>]",
         discussion: """
         Verbs:
           status                    entitlement, tier, trial, sync policy, limit usage,

@@ -40,11 +40,11 @@ import Testing
         let relayDirectory = TemporaryDirectory("relay")
         let a: Fixture, b: Fixture
         let engineA: SyncEngine, engineB: SyncEngine
+        let family = RecordID()
 
-        init(_ configure: @escaping (inout GateConfiguration) -> Void = { _ in }) throws {
-            a = try Fixture(configure: configure)
-            b = try Fixture(configure: configure)
-            let family = RecordID()
+        init(startA: Date = instant(0), startB: Date = instant(0), _ configure: @escaping (inout GateConfiguration) -> Void = { _ in }) throws {
+            a = try Fixture(start: startA, configure: configure)
+            b = try Fixture(start: startB, configure: configure)
             engineA = try SyncEngine(store: a.store, configuration: SyncConfiguration(family: family, enabled: true))
             engineB = try SyncEngine(store: b.store, configuration: SyncConfiguration(family: family, enabled: true))
         }
