@@ -39,7 +39,9 @@ public struct EntitlementChange: Sendable, Hashable, CustomStringConvertible {
 /// Each iteration polls on a thread of its own (``GateConfiguration/updatePollInterval``,
 /// default 100 ms), off the Swift concurrency pool, so a busy pool delays delivery but never
 /// detection: an expiry is noticed within the poll interval of its instant. A poll allocates
-/// nothing unless something changed and costs one metadata lookup (snapshots cached by
+/// nothing unless something changed and costs one metadata lookup (two with a local trial
+/// and ``FeatureGate/recordTypes``; after a commit, one lookup of the user's trial record, which
+/// sync may have changed) (snapshots cached by
 /// other processes). The poller also saves the highest time seen once a minute.
 public struct EntitlementUpdates: AsyncSequence, Sendable {
     public typealias Element = EntitlementChange

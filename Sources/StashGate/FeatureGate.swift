@@ -7,8 +7,9 @@ import Synchronization
 ///
 /// ```swift
 /// let store = try Store.open(at: dir, types: [Home.self, Item.self] + FeatureGate.recordTypes)
-/// var config = GateConfiguration(userID: "u1", verifier: HMACSnapshotVerifier(keys: ["k1": appKey]))
-/// config.limits = [.maxRecords(Home.self, 1), .maxRecords(Item.self, 10, per: \.homeID)]
+/// let verifier = try Ed25519SnapshotVerifier(publicKeys: ["k1": serverPublicKey])
+/// var config = GateConfiguration(userID: "u1", verifier: verifier)
+/// config.limits = [.maxRecords(Home.self, 1).named("homes"), .maxRecords(Item.self, 10, per: \.homeID, of: Home.self)]
 /// let gate = try FeatureGate.open(store, configuration: config)   // reads the cached snapshot
 ///
 /// gate.entitlement()                  // pro: subscribed (cached) until …
@@ -21,14 +22,15 @@ import Synchronization
 /// ```
 ///
 /// The gate reads its state synchronously at open from the store's metadata (`gate.*` keys):
-/// the signed snapshot of this user, the highest time seen and the first launch. Nothing
+/// the signed snapshot of this user, and its sealed state (``GateState``: the highest time
+/// seen, the first launch, per user the highest snapshot applied and the trial start). Nothing
 /// needs a network or a service layer, which breaks the "persistence needs premium status,
 /// premium status needs persistence" cycle.
 ///
 /// ## Topics
 /// - Entitlements: ``entitlement()``, ``apply(_:)``, ``updates()``, ``trialStatus()``
 /// - Gates: ``check(_:)``, ``check(_:in:)``, ``authorize(_:in:)``, ``tier(of:)``
-/// - Credits: ``credits()``, ``spendCredit(operationID:in:)``, ``grantCredits(_:grantID:in:)``
+/// - Credits: ``credits()``, ``creditBalance()``, ``spendCredit(operationID:in:)``, ``grantCredits(_:grantID:in:)``
 /// - Sync: ``syncPolicy``
 public final class FeatureGate: Sendable {
     /// The store the gate counts limits in and keeps its state in (snapshot, clock, credits).
@@ -167,7 +169,13 @@ public final class FeatureGate: Sendable {
     // MARK: Opening
 
     /// Opens the gate on `store`: verifies the cached snapshot of the configured user, reads
-    /// and advances the highest time seen, and records the first launch if this is it.
+    /// and advances the highest time seen, records the first launch if this is it, and this
+    /// user's trial start (a synced ``UserTrial`` record, with ``recordTypes``).
+    ///
+    /// A gate state that is missing (where a gate ran before) or changed outside the gate is
+    /// rebuilt failing closed: the cached snapshots are not trusted until a newer one is
+    /// applied (reason `.error`, ``GateError/Code/untrustedState``), and the trial counts from
+    /// the store's creation at the latest.
     ///
     /// Never fails because of a bad cached snapshot (the gate then starts free, with reason
     /// `.error`). - Throws: ``GateError`` `.invalidConfiguration` when a limit names a type or
@@ -569,8 +577,9 @@ public final class FeatureGate: Sendable {
 
     // MARK: Trials
 
-    /// The trial in force or past: the local trial from the first launch (when configured)
-    /// or a free-trial offer in the snapshot, whichever ends later.
+    /// The trial in force or past: the local trial (when configured: from the user's earliest
+    /// start on any synced device, never later than this store's first launch) or a
+    /// free-trial offer in the snapshot, whichever ends later.
     public func trialStatus() -> TrialStatus {
         let reference = clockGuard.referenceMilliseconds
         saveClockInBackgroundIfMoved()
@@ -586,7 +595,8 @@ public final class FeatureGate: Sendable {
                            remaining: reference < end ? remaining : 0, source: source)
     }
 
-    /// The first launch on this store (the local trial starts here), clock-guarded.
+    /// The first launch on this store, clock-guarded (the local trial starts here at the
+    /// latest; earlier when the user started it on another device).
     public var firstLaunch: Date { dateFromMilliseconds(hot.withLock { $0.firstLaunch }) }
 
     // MARK: Checks
@@ -889,7 +899,8 @@ public struct TrialStatus: Sendable, Hashable {
     public enum State: String, Sendable, Hashable { case none, active, expired }
     /// Where the trial comes from.
     public enum Source: String, Sendable, Hashable {
-        /// The local trial counted from the first launch.
+        /// The local trial (``GateConfiguration/trialLength``), counted from the user's first
+        /// launch (``FeatureGate/trialStatus()``).
         case firstLaunch
         /// A free-trial offer among the purchases.
         case purchase

@@ -6,16 +6,18 @@ import Stash
 /// read from globals or the environment.
 ///
 /// ```swift
-/// var config = GateConfiguration(userID: account.id, verifier: HMACSnapshotVerifier(keys: ["k1": appKey]))
+/// let verifier = try Ed25519SnapshotVerifier(publicKeys: ["k1": serverPublicKey])
+/// var config = GateConfiguration(userID: account.id, verifier: verifier)
 /// config.freeFeatures = [.quickTimer, .articles]
-/// config.limits = [.maxRecords(Home.self, 1), .maxRecords(Item.self, 10, per: \.homeID)]
+/// config.limits = [.maxRecords(Home.self, 1).named("homes"), .maxRecords(Item.self, 10, per: \.homeID, of: Home.self)]
 /// let gate = try FeatureGate.open(store, configuration: config)
 /// ```
 public struct GateConfiguration: Sendable {
     /// The signed-in user. Snapshots for anyone else are refused, and each user has their
     /// own cached snapshot in the store.
     public var userID: String
-    /// Checks snapshot signatures.
+    /// Checks snapshot signatures: ``Ed25519SnapshotVerifier`` in an app (it holds public
+    /// keys only), ``HMACSnapshotVerifier`` where a secret stays secret.
     public var verifier: any SnapshotVerifier
     /// The entitlement that unlocks the premium tier. Default `"pro"`.
     public var premiumEntitlement = "pro"
@@ -33,7 +35,9 @@ public struct GateConfiguration: Sendable {
         get { offlinePolicy.longest }
         set { offlinePolicy = .uniform(newValue) }
     }
-    /// A local trial with full access from the first launch on this store (nil: none).
+    /// A local trial with full access (nil: none), from the user's first launch: with
+    /// ``FeatureGate/recordTypes`` in the store, the earliest start on any of the user's synced
+    /// devices (``UserTrial``), never later than this store's first launch.
     public var trialLength: TimeInterval?
     /// Freemium (free tier + premium) or a hard gate (nothing but the paywall once the trial
     /// is over without a subscription).
