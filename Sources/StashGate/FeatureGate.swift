@@ -762,9 +762,7 @@ public final class FeatureGate: Sendable {
         if let parent = action.parent {
             for rule in rules where rule.parentField != nil && rule.matches(action) {
                 let count = try rule.counter.count(reading, parent: parent)
-                if count >= rule.maximum {
-                    return .deny(rule.reason, access, limit: LimitUsage(name: rule.name, maximum: rule.maximum, count: count, parent: parent))
-                }
+                if count >= rule.maximum { return .deny(rule.reason, access, limit: LimitUsage(rule, count, in: parent)) }
             }
         }
         // Then the created type's own limit in all (reached, or past after a downgrade), and any
@@ -773,12 +771,12 @@ public final class FeatureGate: Sendable {
         var reached: (DenialReason, LimitUsage)?
         for (position, rule) in rules.enumerated() {
             let counts = try counts(position, rule, reading, isSnapshot: isSnapshot, ownStore: ownStore, sequence: &sequence)
-            if rule.parentField == nil {
-                let usage = LimitUsage(name: rule.name, maximum: rule.maximum, count: counts.total, parent: nil)
-                if counts.total > rule.maximum && rule.matches(action) { return .deny(rule.reason, access, limit: usage) }
-                if counts.total > rule.maximum, over == nil { over = usage }
-                if counts.total >= rule.maximum, rule.matches(action) { reached = (rule.reason, usage) }
-            } else if counts.groups.any, over == nil {
+            if rule.parentField == nil, counts.total >= rule.maximum {
+                // (A usage is made only here: an allowed check copies no name.)
+                if counts.total > rule.maximum && rule.matches(action) { return .deny(rule.reason, access, limit: LimitUsage(rule, counts.total)) }
+                if counts.total > rule.maximum, over == nil { over = LimitUsage(rule, counts.total) }
+                if rule.matches(action) { reached = (rule.reason, LimitUsage(rule, counts.total)) }
+            } else if rule.parentField != nil, counts.groups.any, over == nil {
                 over = try largestGroup(rule, counts, reading)
             }
         }
@@ -798,15 +796,13 @@ public final class FeatureGate: Sendable {
     /// A parent over `rule`'s limit with its count (on a denial only); the total when the
     /// counter could not name the parents.
     private func largestGroup<S: StoreReading>(_ rule: LimitRule, _ counts: RuleCounts, _ reading: S) throws -> LimitUsage {
-        guard let parents = counts.groups.parents, !parents.isEmpty else {
-            return LimitUsage(name: rule.name, maximum: rule.maximum, count: counts.total, parent: nil)
-        }
+        guard let parents = counts.groups.parents, !parents.isEmpty else { return LimitUsage(rule, counts.total) }
         var largest = (parent: parents[0], count: try rule.counter.count(reading, parent: parents[0]))
         for parent in parents.dropFirst() {
             let count = try rule.counter.count(reading, parent: parent)
             if count > largest.count || (count == largest.count && parent < largest.parent) { largest = (parent, count) }
         }
-        return LimitUsage(name: rule.name, maximum: rule.maximum, count: largest.count, parent: largest.parent)
+        return LimitUsage(rule, largest.count, in: largest.parent)
     }
 
     /// The counts of `rule` (at `position` in ``rules``) in `reading`: from ``countsCache``

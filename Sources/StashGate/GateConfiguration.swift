@@ -250,6 +250,11 @@ public struct LimitUsage: Sendable, Hashable, CustomStringConvertible {
         self.parent = parent
     }
 
+    /// `rule`'s usage: `count` records (in `parent`).
+    init(_ rule: LimitRule, _ count: Int, in parent: RecordID? = nil) {
+        self.init(name: rule.name, maximum: rule.maximum, count: count, parent: parent)
+    }
+
     public var description: String {
         "\(name): \(count) of \(maximum)" + (parent.map { " in \($0)" } ?? "")
     }
