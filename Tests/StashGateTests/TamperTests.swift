@@ -120,8 +120,9 @@ import Testing
     /// back: active again before (the reference time fell back to the wall clock).
     @Test func theClockDeletedOrLoweredRevivesNothing() throws {
         for edit in ["delete", "lower", "legacy", "from another store"] {
+            // The last snapshot came the day before the expiry: within any offline allowance.
             let f = try Fixture(start: instant(0))
-            try f.gate.apply(try signed([Tx.subscription("t1", expires: 10 * day)], server: 0))
+            try f.gate.apply(try signed([Tx.subscription("t1", expires: 10 * day)], server: 9 * day))
             f.clock.set(instant(11 * day))
             #expect(f.gate.tier == .free)
             try f.gate.persistClock()
@@ -130,15 +131,15 @@ import Testing
                 try Self.toolDelete(GateState.key, at: f.store.path)
             case "lower":
                 var state = try #require(try f.store.metadata(for: GateState.key))
-                state.replaceSubrange(4..<12, with: encodeInt64(t0 + day))
+                state.replaceSubrange(4..<12, with: encodeInt64(t0 + 9 * day))
                 try Self.toolPut(GateState.key, state, at: f.store.path)
             case "legacy":
-                try Self.toolPut("gate.clock", encodeInt64(t0 + day), at: f.store.path)
+                try Self.toolPut("gate.clock", encodeInt64(t0 + 9 * day), at: f.store.path)
             default:
-                let other = try Fixture(start: instant(day))
+                let other = try Fixture(start: instant(9 * day))
                 try Self.toolPut(GateState.key, try #require(try other.store.metadata(for: GateState.key)), at: f.store.path)
             }
-            f.clock.set(instant(5 * day))
+            f.clock.set(instant(9 * day + 12 * hour))
             let gate = try Self.launch(f)
             #expect(gate.tier == .free, "\(edit): \(gate.entitlement())")
             #expect(!gate.entitlement().isActive, "\(edit)")
