@@ -9,7 +9,7 @@ import Stash
 /// Bound together, none of them can be deleted or rolled back alone: deleting the value loses
 /// the clock, the first launch and the floors at once, which the gate notices (a cached
 /// snapshot, or the layout of an earlier version, without it) and answers by failing closed
-/// (``rebuilt(in:of:)``). The seal is a SHA-256 over the store's id and the value: an edit
+/// (``rebuilt(in:)``). The seal is a SHA-256 over the store's id and the value: an edit
 /// of any byte, or a value copied from another store, breaks it, and a broken value is
 /// treated as deleted. It is not a secret: someone who rewrites the value with its seal by
 /// hand can set any consistent state, which the README's Gating section spells out.
@@ -119,7 +119,7 @@ struct GateState: Equatable, Sendable {
         try tx.setMetadata(encoded(storeID: tx.store.storeID), for: Self.key)
     }
 
-    /// The state in `tx`, or, when it is missing or broken, one ``rebuilt(in:of:)``.
+    /// The state in `tx`, or, when it is missing or broken, one ``rebuilt(in:)``.
     static func current(in tx: StoreTransaction) throws -> (state: GateState, rebuilt: String?) {
         switch try read(in: tx) {
         case .valid(let state): return (state, nil)
