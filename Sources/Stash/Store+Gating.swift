@@ -61,6 +61,13 @@ extension StoreReading {
         try reader.storedCount(type.typeTag)
     }
 
+    /// Whether a record of the handle's type with `id` exists, this transaction's own inserts
+    /// and deletes included: "does the parent of a new record exist?". One B-tree lookup, no
+    /// allocation.
+    public func contains<R: Record>(_ type: TypeHandle<R>, id: RecordID) throws -> Bool {
+        try reader.txn.contains(reader.dbs.records, key: StoreKeys.record(type.typeTag, id))
+    }
+
     /// The number of records of the index's type. O(1), no allocation.
     public func count<R: Record, V: IndexableValue>(all index: IndexHandle<R, V>) throws -> Int {
         try reader.storedCount(index.typeTag)

@@ -14,10 +14,10 @@ import Synchronization
 /// verified snapshot newer than the one in force is the authority it yields to, and the
 /// highest time seen comes down to that snapshot's server time (``settle(at:in:)``).
 ///
-/// The highest time seen is saved under the metadata key `gate.clock` whenever the gate
-/// writes (open, snapshots, authorized writes, credit spends and grants), by
-/// ``FeatureGate/updates()``, and in the background once it moved by a minute when the gate
-/// reads the clock (``FeatureGate/check(_:)``, ``FeatureGate/tier``,
+/// The highest time seen is saved in the gate's sealed state (``GateState``, metadata key
+/// `gate.state`) whenever the gate writes (open, snapshots, authorized writes, credit spends
+/// and grants), by ``FeatureGate/updates()``, and in the background once it moved by a minute
+/// when the gate reads the clock (``FeatureGate/check(_:)``, ``FeatureGate/tier``,
 /// ``FeatureGate/entitlement()``, ``FeatureGate/trialStatus()``). Call
 /// ``FeatureGate/persistClock()`` when the app goes to the background: a background save
 /// may not have run when the app is killed.
@@ -27,8 +27,6 @@ public final class ClockGuard: Sendable {
     private let highest: Atomic<Int64>
     /// The value last written to the store (so writes happen only when it moved).
     private let saved: Atomic<Int64>
-
-    static let metadataKey = "gate.clock"
 
     init(wall: @escaping @Sendable () -> Date) {
         self.wall = wall
@@ -59,27 +57,21 @@ public final class ClockGuard: Sendable {
         return current
     }
 
-    /// Lowers the highest time seen to `instant` (ms), in memory and in the store: called with
+    /// Lowers the highest time seen to `instant` (ms), in memory and in `state`: called with
     /// the server time of a verified snapshot newer than the one in force, in the transaction
     /// that stores that snapshot. Memory is lowered at once, so that a save serialized behind
     /// this transaction cannot write the higher time back (a rolled-back settle leaves memory
     /// low until the next launch reads the store).
-    func settle(at instant: Int64, in tx: StoreTransaction) throws {
+    func settle(at instant: Int64, into state: inout GateState) {
         lower(to: instant)
-        try tx.setMetadata(encodeInt64(instant), for: Self.metadataKey)
+        state.clock = instant
     }
 
     /// Takes the stored highest time as it is, lower or not: what another process settled
-    /// together with the newer snapshot this process has just read (``settle(at:in:)``).
-    func adopt<S: StoreReading>(from reading: S) throws {
-        guard let value = try Self.stored(in: reading) else { return }
-        lower(to: value)
-        observe(value)
-    }
-
-    /// The highest time seen as `reading` holds it (ms), nil when none was saved.
-    static func stored<S: StoreReading>(in reading: S) throws -> Int64? {
-        try reading.metadata(for: metadataKey).flatMap(decodeInt64)
+    /// together with the newer snapshot this process has just read (``settle(at:into:)``).
+    func adopt(_ stored: Int64) {
+        lower(to: stored)
+        observe(stored)
     }
 
     private func lower(to instant: Int64) {
@@ -96,29 +88,26 @@ public final class ClockGuard: Sendable {
         }
     }
 
-    /// Reads the persisted highest time in `reading` and observes it.
-    func load<S: StoreReading>(from reading: S) throws {
-        if let value = try Self.stored(in: reading) {
-            observe(value)
-            raiseSaved(to: value)
-        }
+    /// Takes the persisted highest time in: observed, and counted as saved.
+    func load(_ stored: Int64) {
+        observe(stored)
+        raiseSaved(to: stored)
     }
 
-    /// Writes the highest time seen when it moved by at least `threshold` ms since the last
-    /// save (never lowers the stored value, whatever other processes wrote). The save counts
-    /// as done once `tx` commits: a rolled-back save (a denied ``FeatureGate/authorize(_:in:)``)
-    /// is written again by the next one.
-    func save(in tx: StoreTransaction, threshold: Int64 = 0) throws {
+    /// Puts the highest time seen into `state` when it moved by at least `threshold` ms since
+    /// the last save (never lowering the stored value, whatever other processes wrote). The
+    /// save counts as done once `tx` commits: a rolled-back save (a denied
+    /// ``FeatureGate/authorize(_:in:)``) is written again by the next one.
+    func save(into state: inout GateState, in tx: StoreTransaction, threshold: Int64 = 0) {
+        guard needsSave(threshold: threshold) else { return }
         let value = highest.load(ordering: .acquiring)
-        let last = saved.load(ordering: .acquiring)
-        if last != Int64.min && millisecondsBetween(value, last) < max(threshold, 1) { return }
-        let stored = try Self.stored(in: tx) ?? Int64.min
+        let stored = state.clock
         if stored > value { observe(stored) }
         let newest = max(stored, value)
         if newest == stored {
             raiseSaved(to: stored)   // already in the store
         } else {
-            try tx.setMetadata(encodeInt64(newest), for: Self.metadataKey)
+            state.clock = newest
             tx.afterCommit { [self] in raiseSaved(to: newest) }
         }
     }

@@ -6,8 +6,9 @@ import Stash
 /// the server's time, a sequence number that only grows, the user, and the transactions.
 ///
 /// Snapshots travel signed (``SignedEntitlementSnapshot``); the gate caches the signed bytes
-/// in the store and verifies them again at every open, so editing the store file cannot
-/// grant anything.
+/// in the store and verifies them again at every open, so no edit of the store file can make
+/// a snapshot say something its server did not sign. The exact layout, for a server written
+/// in any language, with test vectors: `docs/snapshot-format.md`.
 ///
 /// JSON form (instants are milliseconds since 1970, UTC):
 /// ```json
@@ -29,12 +30,21 @@ public struct EntitlementSnapshot: Codable, Sendable, Hashable {
     /// are added once per transaction id, and taken back when it is revoked.
     public var transactions: [PurchaseTransaction]
 
-    /// A snapshot; sign it (``HMACSnapshotSigner/sign(_:)``) to hand it to a gate.
+    /// A snapshot; sign it (``SnapshotSigner/sign(_:)``, with ``Ed25519SnapshotSigner`` on a
+    /// server) to hand it to a gate.
     public init(userID: String, sequence: UInt64, serverTime: Date, transactions: [PurchaseTransaction]) {
         self.userID = userID
         self.sequence = sequence
         self.serverTime = serverTime
         self.transactions = transactions
+    }
+
+    /// The member names of a snapshot payload's JSON (for tools that refuse a misspelt one,
+    /// which decoding ignores).
+    package static let memberNames = Set(CodingKeys.allCases.map(\.stringValue))
+
+    enum CodingKeys: String, CodingKey, CaseIterable {
+        case userID, sequence, serverTime, transactions
     }
 
     /// The JSON payload (sorted keys, millisecond instants).
@@ -62,8 +72,8 @@ public struct EntitlementSnapshot: Codable, Sendable, Hashable {
 /// A snapshot payload with its signature and the id of the key that signed it.
 ///
 /// The JSON envelope is `{"keyID": "…", "payload": "<base64>", "signature": "<base64>"}`;
-/// the signature covers the payload bytes exactly as sent, so no re-encoding can change
-/// what was signed.
+/// the signature covers a domain tag, the key id and the payload bytes exactly as sent
+/// (``SnapshotVerifier``), so no re-encoding can change what was signed.
 public struct SignedEntitlementSnapshot: Sendable, Hashable {
     /// The id of the signing key, which the verifier looks up.
     public var keyID: String
@@ -103,68 +113,6 @@ public struct SignedEntitlementSnapshot: Sendable, Hashable {
         }
         self.init(keyID: envelope.keyID, payload: Array(payload), signature: Array(signature))
     }
-}
-
-/// The outcome of a signature check.
-public enum SignatureCheck: Sendable, Hashable {
-    case valid
-    /// The signature does not match.
-    case invalid
-    /// No key with that id.
-    case unknownKey
-}
-
-/// Checks snapshot signatures. ``HMACSnapshotVerifier`` is built in; plug in your own for
-/// public-key signatures or a platform API (StoreKit's JWS, RevenueCat's signed responses).
-public protocol SnapshotVerifier: Sendable {
-    /// Whether `signature` is a valid signature of `payload` by the key `keyID`.
-    func check(payload: [UInt8], signature: [UInt8], keyID: String) -> SignatureCheck
-}
-
-/// HMAC-SHA256 with app keys by id (swift-crypto). The MAC covers a domain tag, the key id
-/// and the payload, so a signature cannot be moved to another key id or another use.
-public struct HMACSnapshotVerifier: SnapshotVerifier {
-    private let keys: [String: [UInt8]]
-
-    /// - Parameter keys: key id → secret key bytes (32 bytes recommended).
-    public init(keys: [String: [UInt8]]) {
-        self.keys = keys
-    }
-
-    public func check(payload: [UInt8], signature: [UInt8], keyID: String) -> SignatureCheck {
-        guard let key = keys[keyID] else { return .unknownKey }
-        return HMAC<SHA256>.isValidAuthenticationCode(signature, authenticating: macInput(keyID, payload),
-                                                      using: SymmetricKey(data: key)) ? .valid : .invalid
-    }
-}
-
-/// Signs snapshots with an HMAC-SHA256 key: what the server does (and tests, demos, the CLI).
-public struct HMACSnapshotSigner: Sendable {
-    /// The id written into every signed snapshot; verifiers find `key` under it.
-    public let keyID: String
-    private let key: [UInt8]
-
-    /// A signer with the secret `key`, known to verifiers as `keyID`.
-    public init(keyID: String, key: [UInt8]) {
-        self.keyID = keyID
-        self.key = key
-    }
-
-    /// Encodes `snapshot` (``EntitlementSnapshot/encoded()``) and signs the payload.
-    /// - Throws: `JSONEncoder`'s error when the snapshot cannot be encoded.
-    public func sign(_ snapshot: EntitlementSnapshot) throws -> SignedEntitlementSnapshot {
-        sign(payload: try snapshot.encoded())
-    }
-
-    /// Signs a payload as given (for payloads encoded elsewhere).
-    public func sign(payload: [UInt8]) -> SignedEntitlementSnapshot {
-        let mac = HMAC<SHA256>.authenticationCode(for: macInput(keyID, payload), using: SymmetricKey(data: key))
-        return SignedEntitlementSnapshot(keyID: keyID, payload: payload, signature: Array(mac))
-    }
-}
-
-private func macInput(_ keyID: String, _ payload: [UInt8]) -> [UInt8] {
-    Array("stash.entitlement-snapshot.v1\0".utf8) + Array(keyID.utf8) + [0] + payload
 }
 
 /// A stable 16-byte digest of `parts` (metadata keys, deterministic record ids).

@@ -92,7 +92,7 @@ public struct PurchaseTransaction: Codable, Sendable, Hashable {
         self.currencyCode = currencyCode
     }
 
-    enum CodingKeys: String, CodingKey {
+    enum CodingKeys: String, CodingKey, CaseIterable {
         case id, productID, type, entitlements, purchasedAt, expiresAt, period, offer, gracePeriodExpiresAt,
              isInBillingRetry, revokedAt, credits, displayName, price, currencyCode
     }
@@ -115,6 +115,10 @@ public struct PurchaseTransaction: Codable, Sendable, Hashable {
         price = try c.decodeIfPresent(Decimal.self, forKey: .price)
         currencyCode = try c.decodeIfPresent(String.self, forKey: .currencyCode)
     }
+
+    /// The member names of a transaction's JSON (for tools that refuse a misspelt one, which
+    /// decoding ignores).
+    package static let memberNames = Set(CodingKeys.allCases.map(\.stringValue))
 
     /// True when a refund or revocation was reported.
     public var isRevoked: Bool { revokedAt != nil }
@@ -268,6 +272,8 @@ struct AccessSummary: Sendable, Equatable {
     var lifetime = false
     /// The latest end (ms) of an unrevoked time-limited grant; `Int64.min` when none.
     var timeLimitedEnd = Int64.min
+    /// The same, per subscription period (each judged by its own offline allowance).
+    var endsByPeriod = PerPeriod(repeating: .min)
     /// The latest end of an unrevoked free-trial grant; `Int64.min` when none.
     var trialEnd = Int64.min
 
@@ -278,6 +284,7 @@ struct AccessSummary: Sendable, Equatable {
             if transaction.type == .nonConsumable { lifetime = true; continue }
             guard let end = transaction.endMilliseconds else { continue }
             timeLimitedEnd = max(timeLimitedEnd, end)
+            endsByPeriod[transaction.period] = max(endsByPeriod[transaction.period], end)
             if transaction.offer == .freeTrial { trialEnd = max(trialEnd, end) }
         }
     }

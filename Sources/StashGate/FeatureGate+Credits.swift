@@ -1,32 +1,74 @@
 import Foundation
 import Stash
 
-/// A user's credit balance: one record per user (its id derives from the user id, so every
+/// A user's credit grants: one record per user (its id derives from the user id, so every
 /// device holds the same record) with a ``Counter`` field that merges across replicas.
 ///
 /// Grants are counted under deterministic pseudo-sites (one for the free credits, one per
-/// purchase), so two devices granting the same thing count it once after a merge; spends are
-/// counted under the spending device's site, so concurrent spends on two devices all count.
+/// purchase or grant id), so two devices granting the same thing count it once after a merge.
+/// Spends are not in the counter: each is a ``CreditOperation`` record under its operation id,
+/// so one operation spent on several devices is one record once they have synced, and counts
+/// once. The balance is ``granted`` minus the number of those records (``CreditBalance``).
 public struct CreditAccount: Record, Equatable {
     public static let recordType = "GateCreditAccount"
     public var id: RecordID
     public var credits: Counter
 
-    /// The balance shown to the user: never below zero (two devices spending the last credit
-    /// offline at once leave a debt that the next grant pays first).
-    public var balance: Int { Int(max(0, credits.value)) }
+    /// The credits granted: free credits, purchases (refunded ones taken back) and grants.
+    ///
+    /// Versions before spends were records subtracted them in the counter, under the spending
+    /// store's site; such a site only ever decrements (every grant site first adds), and each
+    /// of those spends also left its ``CreditOperation``, which counts it. So sites that never
+    /// added are left out here: an old spend counts once, from its record.
+    public var granted: Int64 {
+        let sum = credits.sites.values.reduce(Int128(0)) { sum, totals in
+            totals.increments > 0 ? sum + Int128(totals.increments) - Int128(totals.decrements) : sum
+        }
+        return Int64(clamping: sum)
+    }
+
+    @available(*, unavailable, message: "spends are CreditOperation records now: use FeatureGate.creditBalance() (available, debt)")
+    public var balance: Int { 0 }
 }
 
-/// A spent credit, keyed by a digest of the app's operation id: replaying the id (on this
-/// device, or on another after sync) finds the record and spends nothing.
+/// A spent credit, keyed by a digest of the user and the app's operation id: replaying the id
+/// (on this device, or on another after sync) finds the record and spends nothing, and the
+/// same id spent on two devices before they sync is one record once they have: it counts once.
 public struct CreditOperation: Record, Equatable {
     public static let recordType = "GateCreditOperation"
     public var id: RecordID
     public var account: RecordID
     public var operationID: String
+    /// Always 1: a spend is one credit.
     public var amount: Int
     public var at: Date
     public static let indexes: [RecordIndex<CreditOperation>] = [.index(\.account)]
+}
+
+/// A user's credits: what was granted, what was spent, and what is left or owed.
+///
+/// Two devices that each spend the last credit while offline both succeed (neither knows of
+/// the other's spend); once they sync, more was spent than granted. That overspend is a
+/// ``debt``, never hidden behind a balance of 0: the next credits granted pay it first.
+public struct CreditBalance: Sendable, Hashable, CustomStringConvertible {
+    /// Credits granted in all (free, purchased, granted; refunds taken back).
+    public let granted: Int
+    /// Distinct operations spent, on every device this store has synced with.
+    public let spent: Int
+
+    public init(granted: Int, spent: Int) {
+        self.granted = granted
+        self.spent = spent
+    }
+
+    /// Credits that can be spent now (0 when in debt).
+    public var available: Int { max(0, granted - spent) }
+    /// Credits spent beyond those granted (devices that spent offline at once); 0 otherwise.
+    public var debt: Int { max(0, spent - granted) }
+
+    public var description: String {
+        "\(available) available (granted \(granted), spent \(spent))" + (debt > 0 ? "; debt \(debt): spent beyond the grants on devices that were offline, paid first by the next credits granted" : "")
+    }
 }
 
 /// What ``FeatureGate/spendCredit(operationID:in:)`` did.
@@ -65,17 +107,32 @@ extension FeatureGate {
         }
     }
 
-    /// The balance now (the free credits before the first use; never below zero; 0 when the
-    /// store cannot be read). Never throws.
+    /// The credits that can be spent now (the free credits before the first use; 0 in debt,
+    /// and when the store cannot be read). Never throws. ``creditBalance()`` tells the debt.
     public func credits() -> Int {
-        (try? store.read { try credits(in: $0) }) ?? 0
+        creditBalance()?.available ?? 0
     }
 
-    /// The balance as `reading` sees it.
+    /// The credits that can be spent as `reading` sees them.
+    /// - Throws: `.invalidConfiguration` without the gate's record types; the store's error.
     public func credits<S: StoreReading>(in reading: S) throws -> Int {
+        try creditBalance(in: reading).available
+    }
+
+    /// The credits granted, spent, available and owed now; nil when the store cannot be read
+    /// or lacks the gate's record types. O(1): the account and one index count.
+    public func creditBalance() -> CreditBalance? {
+        try? store.read { try creditBalance(in: $0) }
+    }
+
+    /// ``creditBalance()`` as `reading` sees it (a write transaction: with its own spends).
+    /// - Throws: `.invalidConfiguration` without the gate's record types; the store's error.
+    public func creditBalance<S: StoreReading>(in reading: S) throws -> CreditBalance {
         try requireCredits()
-        guard let account = try reading.get(CreditAccount.self, id: creditAccountID) else { return max(0, configuration.freeCredits) }
-        return account.balance
+        let account = try reading.get(CreditAccount.self, id: creditAccountID)
+        let granted = account.map(\.granted) ?? Int64(max(0, configuration.freeCredits))
+        let spent = try reading.count(CreditOperation.self, where: \.account, equals: creditAccountID)
+        return CreditBalance(granted: Int(clamping: granted), spent: spent)
     }
 
     /// Spends one credit for `operationID`, in the caller's transaction (so the work the
@@ -90,16 +147,16 @@ extension FeatureGate {
         try requireCredits()
         try saveClock(in: tx)
         let operation = operationRecordID(operationID)
-        var account = try ensureAccount(in: tx)
-        if try tx.get(CreditOperation.self, id: operation) != nil { return .alreadySpent(remaining: account.balance) }
-        guard account.credits.value > 0 else {
-            throw GateError(.insufficientCredits, "gate: no credits left for operation '\(operationID)' (user \(configuration.userID), store \(store.path)); nothing was spent: show the paywall, or grant credits (grantCredits(_:grantID:in:), from a purchase)")
+        let account = try ensureAccount(in: tx)
+        let balance = try creditBalance(in: tx)
+        if try tx.get(CreditOperation.self, id: operation) != nil { return .alreadySpent(remaining: balance.available) }
+        guard balance.available > 0 else {
+            let owed = balance.debt > 0 ? " (and \(balance.debt) owed: devices that were offline spent more than was granted)" : ""
+            throw GateError(.insufficientCredits, "gate: no credits left for operation '\(operationID)'\(owed) (user \(configuration.userID), store \(store.path)); nothing was spent: show the paywall, or grant credits (grantCredits(_:grantID:in:), from a purchase)")
         }
-        account.credits.add(-1, site: tx.siteID)
-        try tx.update(account)
         try tx.insert(CreditOperation(id: operation, account: account.id, operationID: operationID, amount: 1,
                                       at: clockGuard.referenceTime))
-        return .spent(remaining: account.balance)
+        return .spent(remaining: balance.available - 1)
     }
 
     /// ``spendCredit(operationID:in:)`` in its own write transaction.
@@ -146,8 +203,7 @@ extension FeatureGate {
         // Another process may have settled the stored clock with a newer snapshot: take it up
         // first, or this save would raise the clock again.
         try refresh(from: tx)
-        _ = clockGuard.referenceMilliseconds
-        try clockGuard.save(in: tx, threshold: 1000)
+        try saveState(in: tx, threshold: 1000)
     }
 
     /// Credits consumable purchases of a snapshot once each, and takes back refunded ones.

@@ -39,7 +39,9 @@ public struct EntitlementChange: Sendable, Hashable, CustomStringConvertible {
 /// Each iteration polls on a thread of its own (``GateConfiguration/updatePollInterval``,
 /// default 100 ms), off the Swift concurrency pool, so a busy pool delays delivery but never
 /// detection: an expiry is noticed within the poll interval of its instant. A poll allocates
-/// nothing unless something changed and costs one metadata lookup (snapshots cached by
+/// nothing unless something changed and costs one metadata lookup (two with a local trial
+/// and ``FeatureGate/recordTypes``; after a commit, one lookup of the user's trial record, which
+/// sync may have changed) (snapshots cached by
 /// other processes). The poller also saves the highest time seen once a minute.
 public struct EntitlementUpdates: AsyncSequence, Sendable {
     public typealias Element = EntitlementChange
@@ -117,7 +119,7 @@ extension FeatureGate {
     public func persistClock() throws {
         _ = clockGuard.referenceMilliseconds
         guard clockGuard.needsSave(threshold: 1) else { return }
-        do { try store.write(author: "gate") { tx in try clockGuard.save(in: tx) } }
+        do { try store.write(author: "gate") { tx in try saveState(in: tx) } }
         catch let error as StoreError { throw GateError(.storage, "gate: cannot save the clock in store \(store.path): \(error.message)", underlying: error) }
     }
 
@@ -127,7 +129,24 @@ extension FeatureGate {
         guard clockGuard.needsSave(threshold: threshold) else { return }
         _ = try? store.write(author: "gate") { tx in
             try refresh(from: tx)   // a clock another process settled meanwhile is not raised again
-            try clockGuard.save(in: tx, threshold: threshold)
+            try saveState(in: tx, threshold: threshold)
+        }
+    }
+
+    /// Saves the highest time seen (read now) into the gate's state in `tx` when it moved by
+    /// `threshold` ms or more since the last save, with the earliest trial start this gate
+    /// knows for its user; reads nothing when the clock has not moved that far.
+    func saveState(in tx: StoreTransaction, threshold: Int64 = 0) throws {
+        _ = clockGuard.referenceMilliseconds
+        guard clockGuard.needsSave(threshold: threshold) else { return }
+        let trialStart = hot.withLock { $0.trialStart }
+        try GateState.update(in: tx) { state in
+            clockGuard.save(into: &state, in: tx, threshold: threshold)
+            var user = state.user(userDigest)
+            if trialStart < user.trialStart {
+                user.trialStart = trialStart
+                state.set(user)
+            }
         }
     }
 

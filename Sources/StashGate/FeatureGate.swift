@@ -7,8 +7,9 @@ import Synchronization
 ///
 /// ```swift
 /// let store = try Store.open(at: dir, types: [Home.self, Item.self] + FeatureGate.recordTypes)
-/// var config = GateConfiguration(userID: "u1", verifier: HMACSnapshotVerifier(keys: ["k1": appKey]))
-/// config.limits = [.maxRecords(Home.self, 1), .maxRecords(Item.self, 10, per: \.homeID)]
+/// let verifier = try Ed25519SnapshotVerifier(publicKeys: ["k1": serverPublicKey])
+/// var config = GateConfiguration(userID: "u1", verifier: verifier)
+/// config.limits = [.maxRecords(Home.self, 1).named("homes"), .maxRecords(Item.self, 10, per: \.homeID, of: Home.self)]
 /// let gate = try FeatureGate.open(store, configuration: config)   // reads the cached snapshot
 ///
 /// gate.entitlement()                  // pro: subscribed (cached) until …
@@ -21,14 +22,15 @@ import Synchronization
 /// ```
 ///
 /// The gate reads its state synchronously at open from the store's metadata (`gate.*` keys):
-/// the signed snapshot of this user, the highest time seen and the first launch. Nothing
+/// the signed snapshot of this user, and its sealed state (``GateState``: the highest time
+/// seen, the first launch, per user the highest snapshot applied and the trial start). Nothing
 /// needs a network or a service layer, which breaks the "persistence needs premium status,
 /// premium status needs persistence" cycle.
 ///
 /// ## Topics
 /// - Entitlements: ``entitlement()``, ``apply(_:)``, ``updates()``, ``trialStatus()``
 /// - Gates: ``check(_:)``, ``check(_:in:)``, ``authorize(_:in:)``, ``tier(of:)``
-/// - Credits: ``credits()``, ``spendCredit(operationID:in:)``, ``grantCredits(_:grantID:in:)``
+/// - Credits: ``credits()``, ``creditBalance()``, ``spendCredit(operationID:in:)``, ``grantCredits(_:grantID:in:)``
 /// - Sync: ``syncPolicy``
 public final class FeatureGate: Sendable {
     /// The store the gate counts limits in and keeps its state in (snapshot, clock, credits).
@@ -58,18 +60,24 @@ public final class FeatureGate: Sendable {
     let parentWalks = Atomic(0)
     /// Counts brought up to a newer state from the store's own commits, reading nothing (for tests).
     let countsFromCommits = Atomic(0)
-    let maxOfflineAge: Int64
+    /// ``GateConfiguration/offlinePolicy`` in milliseconds.
+    let offlineAllowances: PerPeriod
     let trialLength: Int64?
     /// What every check reads: plain values, so reading them neither allocates nor retains.
     let hot: Mutex<HotState>
     /// The snapshot itself, for full evaluations.
     let cache: Mutex<CacheState>
     let snapshotKey: String
+    /// 16 bytes naming the configured user in the store (snapshot key, state, trial record).
+    let userDigest: [UInt8]
     let creditsEnabled: Bool
+    /// The store holds ``UserTrial`` records: the local trial's start follows the user.
+    let trialsSync: Bool
+    /// The history sequence at which this gate last read the user's trial record.
+    let trialCheckedAt = Atomic<UInt64>(0)
     /// A background clock save is under way.
     let backgroundSave = Atomic(false)
 
-    static let firstLaunchKey = "gate.firstLaunch"
     /// Which snapshot (of which user) last settled the stored clock (``settledMarker(_:)``).
     static let clockSettledByKey = "gate.clock.settledBy"
 
@@ -77,7 +85,31 @@ public final class FeatureGate: Sendable {
         var summary = AccessSummary()
         var serverTime = Int64.min
         var origin = EvaluationReason.default
+        /// The first launch on this store (ms).
         var firstLaunch = Int64.min
+        /// The start of this user's local trial (ms): the earliest of the first launch, the
+        /// user's synced trial start and the store's creation.
+        var trialStart = Int64.min
+    }
+
+    /// The lowest snapshot sequence this gate may take from the store for its user.
+    struct Floor: Sendable, Equatable {
+        var sequence: UInt64 = 0
+        /// The snapshot cached at ``sequence`` is not trusted: only a higher one is.
+        var distrusted = false
+
+        init(sequence: UInt64 = 0, distrusted: Bool = false) {
+            self.sequence = sequence
+            self.distrusted = distrusted
+        }
+
+        init(_ user: GateState.User) { self.init(sequence: user.sequence, distrusted: user.distrusted) }
+
+        /// The higher of two floors (at one sequence, distrusted if either is).
+        func raised(to other: Floor) -> Floor {
+            other.sequence != sequence ? (other.sequence > sequence ? other : self)
+                : Floor(sequence: sequence, distrusted: distrusted || other.distrusted)
+        }
     }
 
     /// What decides whether one rule is over its limit.
@@ -125,16 +157,25 @@ public final class FeatureGate: Sendable {
         var storedBytes: [UInt8]?
         /// Bumped at every change of snapshot, for ``updates()``.
         var generation = 0
+        /// What the gate's state says of the snapshots this user may have.
+        var floor = Floor()
     }
 
-    /// The record types gating keeps in the store (credit accounts and spent operations);
-    /// add them to `Store.open(types:)` to use credits.
-    public static let recordTypes: [any Record.Type] = [CreditAccount.self, CreditOperation.self]
+    /// The record types gating keeps in the store (credit accounts, spent operations, users'
+    /// trial starts); add them to `Store.open(types:)` to use credits, and for a local trial
+    /// that follows the user across devices.
+    public static let recordTypes: [any Record.Type] = [CreditAccount.self, CreditOperation.self, UserTrial.self]
 
     // MARK: Opening
 
     /// Opens the gate on `store`: verifies the cached snapshot of the configured user, reads
-    /// and advances the highest time seen, and records the first launch if this is it.
+    /// and advances the highest time seen, records the first launch if this is it, and this
+    /// user's trial start (a synced ``UserTrial`` record, with ``recordTypes``).
+    ///
+    /// A gate state that is missing (where a gate ran before) or changed outside the gate is
+    /// rebuilt failing closed: the cached snapshots are not trusted until a newer one is
+    /// applied (reason `.error`, ``GateError/Code/untrustedState``), and the trial counts from
+    /// the store's creation at the latest.
     ///
     /// Never fails because of a bad cached snapshot (the gate then starts free, with reason
     /// `.error`). - Throws: ``GateError`` `.invalidConfiguration` when a limit names a type or
@@ -146,42 +187,71 @@ public final class FeatureGate: Sendable {
     private init(store: Store, configuration: GateConfiguration) throws {
         self.store = store
         self.configuration = configuration
-        rules = try configuration.limits.map { try $0.resolved(in: store).keepingRecentCounts(in: store) }
+        var names: Set<String> = []
+        for rule in configuration.limits where !names.insert(rule.name).inserted {
+            throw GateError(.invalidConfiguration, "gate: two limits are named '\(rule.name)' (store \(store.path)); name each with .named(_:), so that a denial says which one was hit")
+        }
+        rules = try LimitRule.reasons(of: configuration.limits).map { try $0.resolved(in: store).keepingRecentCounts(in: store) }
         countsCache = Mutex(CountsCache(repeating: RuleCounts(), count: rules.count))
         writeParents = Mutex([GroupsOver.Base?](repeating: nil, count: rules.count))
         clockGuard = ClockGuard(wall: configuration.clock ?? store.clock)
-        maxOfflineAge = milliseconds(seconds: configuration.maxOfflineAge)
+        offlineAllowances = PerPeriod(configuration.offlinePolicy)
         trialLength = configuration.trialLength.map { milliseconds(seconds: $0) }
-        snapshotKey = "gate.snapshot." + hex(digest16("stash.gate.user", configuration.userID))
+        userDigest = digest16("stash.gate.user", configuration.userID)
+        snapshotKey = GateState.snapshotPrefix + hex(userDigest)
         creditsEnabled = store.schema.type(named: CreditAccount.recordType) != nil
             && store.schema.type(named: CreditOperation.recordType) != nil
+        trialsSync = store.schema.type(named: UserTrial.recordType) != nil
         hot = Mutex(HotState())
         cache = Mutex(CacheState())
-        let guardClock = clockGuard
-        let key = snapshotKey
-        var loaded: (bytes: [UInt8]?, firstLaunch: Int64)? = nil
+        let opened: Opened
         do {
-            loaded = try store.write { tx in
-                try guardClock.load(from: tx)
-                let now = guardClock.referenceMilliseconds
-                let first: Int64
-                if let stored = try tx.metadata(for: Self.firstLaunchKey).flatMap(decodeInt64) {
-                    first = stored
-                } else {
-                    first = now
-                    try tx.setMetadata(encodeInt64(now), for: Self.firstLaunchKey)
-                }
-                try guardClock.save(in: tx)
-                return (try tx.metadata(for: key), first)
-            }
+            opened = try store.write { tx in try openState(in: tx) }
         } catch let error as StoreError {
             throw GateError(.storage, "gate: cannot open on store \(store.path): \(error.message)", underlying: error)
         }
-        hot.withLock { $0.firstLaunch = loaded!.firstLaunch }
-        load(loaded!.bytes, origin: .cached, keepValidOnFailure: false)
+        hot.withLock {
+            $0.firstLaunch = opened.firstLaunch
+            $0.trialStart = opened.trialStart
+        }
+        cache.withLock { $0.floor = opened.floor }
+        load(opened.bytes, origin: .cached, keepValidOnFailure: false)
         let access = access(at: clockGuard.referenceMilliseconds)
         let policy = SyncPolicy(isPremium: access.isPremium, preference: store.syncPreferenceAtOpen, reason: access.reason)
         policyAtOpen.withLock { $0 = policy }
+    }
+
+    /// What the open transaction read.
+    private struct Opened {
+        var bytes: [UInt8]?
+        var firstLaunch: Int64
+        var trialStart: Int64
+        var floor: Floor
+    }
+
+    /// Reads the gate's state (a new one on a fresh store; a rebuilt one, failing closed, when
+    /// it is missing or broken on a store a gate ran on), advances the clock, records the
+    /// first launch and this user's trial start, and writes it back.
+    private func openState(in tx: StoreTransaction) throws -> Opened {
+        var state: GateState
+        var fresh = false
+        if case .absent = try GateState.read(in: tx), try !GateState.hasTraces(in: tx) {
+            state = GateState(clock: .min, firstLaunch: .min, users: [])
+            fresh = true
+        } else {
+            state = try GateState.current(in: tx).state
+        }
+        clockGuard.load(state.clock)
+        let now = clockGuard.referenceMilliseconds
+        if fresh { state.firstLaunch = now }
+        clockGuard.save(into: &state, in: tx)
+        var user = state.user(userDigest)
+        let start = min(state.firstLaunch, user.trialStart, GateState.storeCreation(store) ?? .max)
+        if let synced = try userTrialStart(in: tx, creatingWith: start) { user.trialStart = min(user.trialStart, synced) }
+        state.set(user)
+        try state.write(in: tx)
+        return Opened(bytes: try tx.metadata(for: snapshotKey), firstLaunch: state.firstLaunch,
+                      trialStart: min(start, user.trialStart), floor: Floor(user))
     }
 
     // MARK: Snapshots
@@ -214,6 +284,19 @@ public final class FeatureGate: Sendable {
         return snapshot
     }
 
+    /// Why `snapshot`, found cached in the store, may not be taken for this user (nil: it may):
+    /// older than a snapshot the store applied (a copy put back), or the one cached when the
+    /// gate's state went missing (``GateState/rebuilt(in:)``).
+    func refusal(of snapshot: EntitlementSnapshot, below floor: Floor) -> GateError? {
+        if snapshot.sequence < floor.sequence {
+            return GateError(.replayedSnapshot, "entitlement snapshot #\(snapshot.sequence) is older than #\(floor.sequence), which store \(store.path) applied before (an older snapshot put back); apply a fresh snapshot")
+        }
+        if snapshot.sequence == floor.sequence && floor.distrusted {
+            return GateError(.untrustedState, "entitlement snapshot #\(snapshot.sequence) is not trusted: the gate's state in store \(store.path) was removed or changed outside the gate while it was cached; premium waits for a newer snapshot")
+        }
+        return nil
+    }
+
     /// Takes the snapshot read from the store (`bytes`) as the current one if it is valid and
     /// not older than the one in memory.
     private func load(_ bytes: [UInt8]?, origin: EvaluationReason, keepValidOnFailure: Bool) {
@@ -221,7 +304,11 @@ public final class FeatureGate: Sendable {
             cache.withLock { $0.storedBytes = nil }
             return
         }
-        switch validate(bytes) {
+        var checked = validate(bytes)
+        if case .success(let snapshot) = checked, let refusal = refusal(of: snapshot, below: cache.withLock({ $0.floor })) {
+            checked = .failure(refusal)
+        }
+        switch checked {
         case .success(let snapshot):
             let current = cache.withLock { $0.snapshot }
             if let current, snapshot.sequence < current.sequence {
@@ -257,6 +344,7 @@ public final class FeatureGate: Sendable {
             if let current = state.snapshot, current.sequence > snapshot.sequence { return }
             if state.snapshot != snapshot { state.generation += 1 }
             state.snapshot = snapshot
+            state.floor = state.floor.raised(to: Floor(sequence: snapshot.sequence))
             state.rejection = nil
             state.storedBytes = storedBytes
             hot.withLock { state in
@@ -291,12 +379,16 @@ public final class FeatureGate: Sendable {
         let inMemory = cache.withLock { $0.snapshot }
         let key = snapshotKey
         var loweredFirstLaunch: Int64?
+        var floor = Floor()
         do {
             try store.write(author: "gate") { tx in
                 loweredFirstLaunch = nil
+                var state = try GateState.current(in: tx).state
+                var user = state.user(userDigest)
+                if let refusal = refusal(of: snapshot, below: Floor(user)) { throw refusal }
                 var newest = inMemory
                 if let stored = try tx.metadata(for: key), case .success(let cached) = validate(stored),
-                   cached.sequence > newest?.sequence ?? 0 || newest == nil {
+                   refusal(of: cached, below: Floor(user)) == nil, cached.sequence > newest?.sequence ?? 0 || newest == nil {
                     newest = cached
                 }
                 if let newest {
@@ -313,18 +405,23 @@ public final class FeatureGate: Sendable {
                     // ahead yields to (the first snapshot is only observed: nothing vouches
                     // that it is not an old one replayed).
                     let settled = milliseconds(snapshot.serverTime)
-                    try clockGuard.settle(at: settled, in: tx)
+                    clockGuard.settle(at: settled, into: &state)
                     try tx.setMetadata(settledMarker(snapshot.sequence), for: Self.clockSettledByKey)
                     // A first launch recorded past the server's time (a clock set ahead at
                     // install) would hold a local trial open until real time got there.
-                    if let first = try tx.metadata(for: Self.firstLaunchKey).flatMap(decodeInt64), first > settled {
-                        try tx.setMetadata(encodeInt64(settled), for: Self.firstLaunchKey)
+                    if state.firstLaunch > settled {
+                        state.firstLaunch = settled
                         loweredFirstLaunch = settled
                     }
                 } else {
                     clockGuard.observe(milliseconds(snapshot.serverTime))
-                    try clockGuard.save(in: tx)
+                    clockGuard.save(into: &state, in: tx)
                 }
+                user.sequence = max(user.sequence, snapshot.sequence)
+                user.distrusted = false
+                state.set(user)
+                try state.write(in: tx)
+                floor = Floor(user)
                 if creditsEnabled {
                     // Credit bookkeeping never vetoes the entitlement: with the account deleted
                     // (it cannot be made again), a snapshot holding any pack was refused, a new
@@ -335,8 +432,9 @@ public final class FeatureGate: Sendable {
         } catch let error as StoreError {
             throw GateError(.storage, "gate: cannot cache the snapshot in store \(store.path): \(error.message)", underlying: error)
         }
+        cache.withLock { $0.floor = $0.floor.raised(to: floor) }
         install(snapshot, storedBytes: bytes, origin: .verified)
-        if let loweredFirstLaunch { hot.withLock { $0.firstLaunch = min($0.firstLaunch, loweredFirstLaunch) } }
+        if let loweredFirstLaunch { lowerFirstLaunch(to: loweredFirstLaunch) }
         return entitlement()
     }
 
@@ -347,17 +445,26 @@ public final class FeatureGate: Sendable {
     }
 
     func refresh<S: StoreReading>(from reading: S) throws {
+        try refreshTrial(from: reading)
         let stored = try reading.metadata(for: snapshotKey)
         if stored == cache.withLock({ $0.storedBytes }) { return }
+        let state = try GateState.valid(in: reading)
+        if let state { cache.withLock { $0.floor = $0.floor.raised(to: Floor(state.user(userDigest))) } }
         let before = cache.withLock { $0.snapshot?.sequence }
         load(stored, origin: .cached, keepValidOnFailure: true)
-        guard let now = cache.withLock({ $0.snapshot?.sequence }), before.map({ now > $0 }) ?? true else { return }
+        guard let now = cache.withLock({ $0.snapshot?.sequence }), before.map({ now > $0 }) ?? true, let state else { return }
         if try clockSettled(by: now, replacingOne: before != nil, in: reading) {
-            try clockGuard.adopt(from: reading)
+            clockGuard.adopt(state.clock)
         }
         // It may have brought the first launch down too (never up: the minimum is kept).
-        if let first = try reading.metadata(for: Self.firstLaunchKey).flatMap(decodeInt64) {
-            hot.withLock { $0.firstLaunch = min($0.firstLaunch, first) }
+        lowerFirstLaunch(to: state.firstLaunch)
+    }
+
+    /// The first launch, and the trial that starts at it, brought down to `instant` (ms).
+    func lowerFirstLaunch(to instant: Int64) {
+        hot.withLock {
+            $0.firstLaunch = min($0.firstLaunch, instant)
+            $0.trialStart = min($0.trialStart, instant)
         }
     }
 
@@ -404,10 +511,18 @@ public final class FeatureGate: Sendable {
         }
         var status = Entitlements.status(of: name, in: snapshot.transactions, atMilliseconds: reference)
         var reason = origin
-        if status.isActive && status.state != .lifetime && millisecondsBetween(reference, milliseconds(snapshot.serverTime)) > maxOfflineAge {
-            status = EntitlementStatus(name, .stale, expiresAt: status.expiresAt.map(milliseconds),
-                                       transaction: snapshot.transactions.first { $0.id == status.transactionID })
-            reason = .stale
+        if status.isActive && status.state != .lifetime {
+            // Only grants within their period's offline allowance count (see OfflinePolicy).
+            let age = millisecondsBetween(reference, milliseconds(snapshot.serverTime))
+            let fresh = snapshot.transactions.filter { $0.type != .autoRenewable || age <= offlineAllowances[$0.period] }
+            let inForce = Entitlements.status(of: name, in: fresh, atMilliseconds: reference)
+            if inForce.isActive {
+                status = inForce
+            } else {
+                status = EntitlementStatus(name, .stale, expiresAt: status.expiresAt.map(milliseconds),
+                                           transaction: snapshot.transactions.first { $0.id == status.transactionID })
+                reason = .stale
+            }
         }
         return EntitlementDecision(status: status, reason: reason, referenceTime: referenceTime,
                                    snapshotSequence: snapshot.sequence, snapshotServerTime: snapshot.serverTime,
@@ -427,11 +542,16 @@ public final class FeatureGate: Sendable {
         if state.summary.lifetime {
             access.isPremium = true
         } else if reference < state.summary.timeLimitedEnd {
-            if millisecondsBetween(reference, state.serverTime) > maxOfflineAge { access.reason = .stale } else { access.isPremium = true }
+            let age = millisecondsBetween(reference, state.serverTime)
+            if PerPeriod.anyInForce(ends: state.summary.endsByPeriod, allowances: offlineAllowances, reference: reference, age: age) {
+                access.isPremium = true
+            } else {
+                access.reason = .stale
+            }
         }
         var lastTrialEnd = state.summary.trialEnd
-        if let trialLength, state.firstLaunch != Int64.min {
-            let localEnd = millisecondsAdding(state.firstLaunch, trialLength)
+        if let trialLength, state.trialStart != Int64.min {
+            let localEnd = millisecondsAdding(state.trialStart, trialLength)
             if reference < localEnd { access.isPremium = true }
             lastTrialEnd = max(lastTrialEnd, localEnd)
         }
@@ -457,14 +577,15 @@ public final class FeatureGate: Sendable {
 
     // MARK: Trials
 
-    /// The trial in force or past: the local trial from the first launch (when configured)
-    /// or a free-trial offer in the snapshot, whichever ends later.
+    /// The trial in force or past: the local trial (when configured: from the user's earliest
+    /// start on any synced device, never later than this store's first launch) or a
+    /// free-trial offer in the snapshot, whichever ends later.
     public func trialStatus() -> TrialStatus {
         let reference = clockGuard.referenceMilliseconds
         saveClockInBackgroundIfMoved()
         let state = hot.withLock { $0 }
         var ends: [(Int64, TrialStatus.Source)] = []
-        if let trialLength, state.firstLaunch != Int64.min { ends.append((millisecondsAdding(state.firstLaunch, trialLength), .firstLaunch)) }
+        if let trialLength, state.trialStart != Int64.min { ends.append((millisecondsAdding(state.trialStart, trialLength), .firstLaunch)) }
         if state.summary.trialEnd != Int64.min { ends.append((state.summary.trialEnd, .purchase)) }
         guard let (end, source) = ends.max(by: { $0.0 < $1.0 }) else {
             return TrialStatus(state: .none, endsAt: nil, remaining: 0, source: nil)
@@ -474,7 +595,8 @@ public final class FeatureGate: Sendable {
                            remaining: reference < end ? remaining : 0, source: source)
     }
 
-    /// The first launch on this store (the local trial starts here), clock-guarded.
+    /// The first launch on this store, clock-guarded (the local trial starts here at the
+    /// latest; earlier when the user started it on another device).
     public var firstLaunch: Date { dateFromMilliseconds(hot.withLock { $0.firstLaunch }) }
 
     // MARK: Checks
@@ -529,7 +651,7 @@ public final class FeatureGate: Sendable {
         _ = clockGuard.referenceMilliseconds
         // A clock another process settled with the snapshot seen is taken up after the
         // commit: saving this gate's higher one now would raise it again in the store.
-        if seen?.reference == nil { try? clockGuard.save(in: tx, threshold: 1000) }
+        if seen?.reference == nil { try? saveState(in: tx, threshold: 1000) }
         let decision: GateDecision
         do {
             decision = try decide(action, in: tx, state: seen?.state, reference: seen?.reference)
@@ -537,8 +659,8 @@ public final class FeatureGate: Sendable {
             throw countingFailed(action, tx.store, error)
         }
         guard decision.isAllowed else {
-            throw GateError(.denied, "gate: \(describe(action)) denied: \(decision.denial!) (tier \(decision.tier.rawValue): \(decision.reason.summary))",
-                            decision: decision)
+            throw GateError(.denied, "gate: \(describe(action)) denied: \(decision.denial!)" + (decision.limit.map { " (\($0))" } ?? "")
+                            + " (tier \(decision.tier.rawValue): \(decision.reason.summary))", decision: decision)
         }
         return decision
     }
@@ -562,17 +684,20 @@ public final class FeatureGate: Sendable {
         guard let stored = try tx.metadata(for: snapshotKey), stored != cache.withLock({ $0.storedBytes }) else { return nil }
         tx.afterCommit { [self] in refresh() }
         guard case .success(let snapshot) = validate(stored) else { return nil }
+        let state = try GateState.valid(in: tx)
+        let floor = cache.withLock { $0.floor }.raised(to: state.map { Floor($0.user(userDigest)) } ?? Floor())
+        if refusal(of: snapshot, below: floor) != nil { return nil }
         let current = cache.withLock { $0.snapshot }
         if let current, snapshot.sequence <= current.sequence { return nil }
         var seen = UncommittedEntitlement(state: hot.withLock { $0 }, reference: nil)
         seen.state.summary = AccessSummary(configuration.premiumEntitlement, snapshot.transactions)
         seen.state.serverTime = milliseconds(snapshot.serverTime)
         seen.state.origin = .cached
-        if let first = try tx.metadata(for: Self.firstLaunchKey).flatMap(decodeInt64) {
-            seen.state.firstLaunch = min(seen.state.firstLaunch, first)
+        if let state {
+            seen.state.firstLaunch = min(seen.state.firstLaunch, state.firstLaunch)
+            seen.state.trialStart = min(seen.state.trialStart, state.firstLaunch)
         }
-        if try clockSettled(by: snapshot.sequence, replacingOne: current != nil, in: tx),
-           let settled = try ClockGuard.stored(in: tx) {
+        if try clockSettled(by: snapshot.sequence, replacingOne: current != nil, in: tx), let settled = state?.clock {
             seen.reference = max(settled, milliseconds(clockGuard.wall()))
         }
         return seen
@@ -632,23 +757,52 @@ public final class FeatureGate: Sendable {
         let rules = ownStore ? self.rules : try self.rules.map { try $0.resolved(in: reading.store) }
         let isSnapshot = ownStore && S.self == StoreSnapshot.self
         var sequence = isSnapshot && readsSequenceFirst.load(ordering: .relaxed) ? try reading.historySequence() : nil
-        var reached: DenialReason?
-        for (position, rule) in rules.enumerated() {
-            let counts = try counts(position, rule, reading, isSnapshot: isSnapshot, ownStore: ownStore, sequence: &sequence)
-            if rule.parentField == nil {
-                if counts.total > rule.maximum { return .deny(.overLimit, access) }
-                if reached == nil, counts.total >= rule.maximum, rule.matches(action) { reached = rule.denial }
-            } else if counts.groups.any {
-                return .deny(.overLimit, access)
-            }
-        }
-        if let reached { return .deny(reached, access) }
+        // The created type's own limit in the parent it goes into: the most precise answer,
+        // also when that parent holds more than the limit (after a downgrade).
         if let parent = action.parent {
             for rule in rules where rule.parentField != nil && rule.matches(action) {
-                if try rule.counter.count(reading, parent: parent) >= rule.maximum { return .deny(rule.denial, access) }
+                let count = try rule.counter.count(reading, parent: parent)
+                if count >= rule.maximum { return .deny(rule.reason, access, limit: LimitUsage(rule, count, in: parent)) }
+            }
+        }
+        // Then the created type's own limit in all (reached, or past after a downgrade), and any
+        // other limit past its maximum: the downgrade-safe rule, naming the limit.
+        var over: LimitUsage?
+        var reached: (DenialReason, LimitUsage)?
+        for (position, rule) in rules.enumerated() {
+            let counts = try counts(position, rule, reading, isSnapshot: isSnapshot, ownStore: ownStore, sequence: &sequence)
+            if rule.parentField == nil, counts.total >= rule.maximum {
+                // (A usage is made only here: an allowed check copies no name.)
+                if counts.total > rule.maximum && rule.matches(action) { return .deny(rule.reason, access, limit: LimitUsage(rule, counts.total)) }
+                if counts.total > rule.maximum, over == nil { over = LimitUsage(rule, counts.total) }
+                if rule.matches(action) { reached = (rule.reason, LimitUsage(rule, counts.total)) }
+            } else if rule.parentField != nil, counts.groups.any, over == nil {
+                over = try largestGroup(rule, counts, reading)
+            }
+        }
+        if let over { return .deny(.overLimit, access, limit: over) }
+        if let (reason, usage) = reached { return .deny(reason, access, limit: usage) }
+        // Allowed by every count: the parent must exist (one lookup; denials need none).
+        if let parent = action.parent {
+            for rule in rules where rule.parentField != nil && rule.matches(action) {
+                if let lookup = rule.parent, try !lookup.exists(reading, parent) {
+                    throw GateError(.parentNotFound, "gate: \(describe(action)) refused: store \(reading.store.path) has no \(lookup.typeName) \(parent) (deleted, here or on a synced device, or a wrong id); the limit '\(rule.name)' counts records per existing \(lookup.typeName)")
+                }
             }
         }
         return .allow(access)
+    }
+
+    /// A parent over `rule`'s limit with its count (on a denial only); the total when the
+    /// counter could not name the parents.
+    private func largestGroup<S: StoreReading>(_ rule: LimitRule, _ counts: RuleCounts, _ reading: S) throws -> LimitUsage {
+        guard let parents = counts.groups.parents, !parents.isEmpty else { return LimitUsage(rule, counts.total) }
+        var largest = (parent: parents[0], count: try rule.counter.count(reading, parent: parents[0]))
+        for parent in parents.dropFirst() {
+            let count = try rule.counter.count(reading, parent: parent)
+            if count > largest.count || (count == largest.count && parent < largest.parent) { largest = (parent, count) }
+        }
+        return LimitUsage(rule, largest.count, in: largest.parent)
     }
 
     /// The counts of `rule` (at `position` in ``rules``) in `reading`: from ``countsCache``
@@ -741,7 +895,8 @@ public struct TrialStatus: Sendable, Hashable {
     public enum State: String, Sendable, Hashable { case none, active, expired }
     /// Where the trial comes from.
     public enum Source: String, Sendable, Hashable {
-        /// The local trial counted from the first launch.
+        /// The local trial (``GateConfiguration/trialLength``), counted from the user's first
+        /// launch (``FeatureGate/trialStatus()``).
         case firstLaunch
         /// A free-trial offer among the purchases.
         case purchase

@@ -6,16 +6,18 @@ import Stash
 /// read from globals or the environment.
 ///
 /// ```swift
-/// var config = GateConfiguration(userID: account.id, verifier: HMACSnapshotVerifier(keys: ["k1": appKey]))
+/// let verifier = try Ed25519SnapshotVerifier(publicKeys: ["k1": serverPublicKey])
+/// var config = GateConfiguration(userID: account.id, verifier: verifier)
 /// config.freeFeatures = [.quickTimer, .articles]
-/// config.limits = [.maxRecords(Home.self, 1), .maxRecords(Item.self, 10, per: \.homeID)]
+/// config.limits = [.maxRecords(Home.self, 1).named("homes"), .maxRecords(Item.self, 10, per: \.homeID, of: Home.self)]
 /// let gate = try FeatureGate.open(store, configuration: config)
 /// ```
 public struct GateConfiguration: Sendable {
     /// The signed-in user. Snapshots for anyone else are refused, and each user has their
     /// own cached snapshot in the store.
     public var userID: String
-    /// Checks snapshot signatures.
+    /// Checks snapshot signatures: ``Ed25519SnapshotVerifier`` in an app (it holds public
+    /// keys only), ``HMACSnapshotVerifier`` where a secret stays secret.
     public var verifier: any SnapshotVerifier
     /// The entitlement that unlocks the premium tier. Default `"pro"`.
     public var premiumEntitlement = "pro"
@@ -23,10 +25,19 @@ public struct GateConfiguration: Sendable {
     public var freeFeatures: Set<Feature> = []
     /// Free-tier limits, counted from indexes. Premium has none.
     public var limits: [LimitRule] = []
-    /// How long a cached snapshot keeps time-limited entitlements alive without a fresh one
-    /// (measured from its server time to the reference time). Default 3 days.
-    public var maxOfflineAge: TimeInterval = 3 * 86_400
-    /// A local trial with full access from the first launch on this store (nil: none).
+    /// How long a cached snapshot keeps each subscription alive without a fresh one, by the
+    /// subscription's period (measured from its server time to the reference time). Default
+    /// ``OfflinePolicy/standard``: 3 days for a weekly plan up to 30 for a yearly one.
+    public var offlinePolicy = OfflinePolicy.standard
+    /// One offline allowance for every period: setting it sets ``offlinePolicy`` to
+    /// ``OfflinePolicy/uniform(_:)``; reading it gives the policy's longest allowance.
+    public var maxOfflineAge: TimeInterval {
+        get { offlinePolicy.longest }
+        set { offlinePolicy = .uniform(newValue) }
+    }
+    /// A local trial with full access (nil: none), from the user's first launch: with
+    /// ``FeatureGate/recordTypes`` in the store, the earliest start on any of the user's synced
+    /// devices (``UserTrial``), never later than this store's first launch.
     public var trialLength: TimeInterval?
     /// Freemium (free tier + premium) or a hard gate (nothing but the paywall once the trial
     /// is over without a subscription).
@@ -74,48 +85,73 @@ public enum GateOverride: String, Sendable, Hashable {
     case forcePro
 }
 
-/// A free-tier limit: at most `maximum` records of a type, in all or per parent.
+/// A free-tier limit: at most `maximum` records of a type, in all or per parent. Every limit
+/// has a ``name``, which denials report with the limit and the count (``LimitUsage``).
 ///
 /// ```swift
-/// .maxRecords(Home.self, 1)                       // 1 home     → homeLimitReached
-/// .maxRecords(Item.self, 10, per: \.homeID)       // 10 per home → itemLimitReached
+/// .maxRecords(Home.self, 1).named("homes")                  // 1 home     → homeLimitReached
+/// .maxRecords(Item.self, 10, per: \.homeID, of: Home.self)  // 10 per home → itemLimitReached
 /// ```
 /// Counts come from the store in O(1): the type's count and an index on the parent field
-/// (the type must declare `.index(\.homeID)`).
+/// (the type must declare `.index(\.homeID)`). A per-parent limit given its parent's type
+/// (`of:`) also checks that the parent exists (one lookup): a creation in a parent that does
+/// not exist is refused (``GateError/Code/parentNotFound``) instead of counting an empty group.
 public struct LimitRule: Sendable {
+    /// What denials call this limit: ``named(_:)``, or by default the type's stored name
+    /// ("Home"), and for a per-parent limit "Item per Home" (or "Item per homeID" without the
+    /// parent's type).
+    public var name: String { parts.name }
     /// The stored type name.
     public var typeName: String { parts.typeName }
     /// The records the free tier may hold (in all, or per parent). Creating one more is
     /// denied (``denial``) once there are `maximum`; holding more (after a downgrade from
-    /// premium, say) denies every creation, of any type, with ``DenialReason/overLimit``.
+    /// premium, say) denies the creation of anything else too, with ``DenialReason/overLimit``.
     public var maximum: Int { parts.maximum }
     /// The parent field for per-parent limits.
     public var parentField: String? { parts.parentField }
+    /// The parent's stored type name, when the limit was given one (its existence is checked).
+    public var parentTypeName: String? { parts.parent?.typeName }
     var typeKey: ObjectIdentifier? { parts.typeKey }
     var counter: any LimitCounter { parts.counter }
+    var parent: (any ParentLookup)? { parts.parent }
 
     /// A check goes through every rule: behind one reference, a rule copies as one retain
-    /// instead of two strings and a counter (about 8% of a check's instructions).
+    /// instead of three strings and a counter (about 8% of a check's instructions).
     private let parts: Parts
 
     private final class Parts: Sendable {
+        let name: String
         let typeName: String
         let maximum: Int
         let parentField: String?
         let typeKey: ObjectIdentifier?
         let counter: any LimitCounter
+        let parent: (any ParentLookup)?
+        let reason: DenialReason
 
-        init(typeName: String, maximum: Int, parentField: String?, typeKey: ObjectIdentifier?, counter: any LimitCounter) {
+        init(name: String?, typeName: String, maximum: Int, parentField: String?, typeKey: ObjectIdentifier?,
+             counter: any LimitCounter, parent: (any ParentLookup)?, reason: DenialReason?) {
+            self.name = name ?? parentField.map { "\(typeName) per \(parent?.typeName ?? $0)" } ?? typeName
+            self.reason = reason ?? (parentField == nil ? .homeLimitReached : .itemLimitReached)
             self.typeName = typeName
             self.maximum = maximum
             self.parentField = parentField
             self.typeKey = typeKey
             self.counter = counter
+            self.parent = parent
         }
     }
 
-    private init(typeName: String, maximum: Int, parentField: String?, typeKey: ObjectIdentifier?, counter: any LimitCounter) {
-        parts = Parts(typeName: typeName, maximum: maximum, parentField: parentField, typeKey: typeKey, counter: counter)
+    private init(name: String? = nil, typeName: String, maximum: Int, parentField: String?, typeKey: ObjectIdentifier?,
+                 counter: any LimitCounter, parent: (any ParentLookup)? = nil, reason: DenialReason? = nil) {
+        parts = Parts(name: name, typeName: typeName, maximum: maximum, parentField: parentField, typeKey: typeKey,
+                      counter: counter, parent: parent, reason: reason)
+    }
+
+    /// This rule with its parts changed (the name and the reason kept unless given).
+    private func with(name: String? = nil, counter: any LimitCounter, parent: (any ParentLookup)?, reason: DenialReason? = nil) -> LimitRule {
+        LimitRule(name: name ?? self.name, typeName: typeName, maximum: maximum, parentField: parentField, typeKey: typeKey,
+                  counter: counter, parent: parent, reason: reason ?? self.reason)
     }
 
     /// At most `maximum` records of `type` in the store.
@@ -124,33 +160,68 @@ public struct LimitRule: Sendable {
                   counter: TypedLimitCounter<R>(parent: nil))
     }
 
-    /// At most `maximum` records of `type` per value of `parent` (which must be indexed).
+    /// At most `maximum` records of `type` per value of `parent` (which must be indexed),
+    /// whatever that value names. Prefer ``maxRecords(_:_:per:of:)``, which also refuses a
+    /// creation in a parent that does not exist.
     public static func maxRecords<R: Record>(_ type: R.Type, _ maximum: Int, per parent: KeyPath<R, RecordID>) -> LimitRule {
         let counter = TypedLimitCounter<R>(parent: UncheckedKeyPath(keyPath: parent))
         return LimitRule(typeName: R.recordType, maximum: maximum, parentField: counter.fieldName,
                          typeKey: ObjectIdentifier(type), counter: counter)
     }
 
-    /// The same limits by stored names, for schema-driven code (the CLI). `parentField`
-    /// holds the parent's record id (a uuid field), as the key path of a typed limit does;
-    /// ``FeatureGate/open(_:configuration:)`` refuses a field of another kind.
-    public static func maxRecords(typeNamed name: String, _ maximum: Int, perField parentField: String? = nil) -> LimitRule {
-        LimitRule(typeName: name, maximum: maximum, parentField: parentField, typeKey: nil,
-                  counter: NamedLimitCounter(type: name, field: parentField))
+    /// At most `maximum` records of `type` per parent record of `parentType`, which `parent`
+    /// (an indexed field) holds the id of. A creation must name an existing parent.
+    public static func maxRecords<R: Record, P: Record>(_ type: R.Type, _ maximum: Int, per parent: KeyPath<R, RecordID>,
+                                                        of parentType: P.Type) -> LimitRule {
+        let rule = maxRecords(type, maximum, per: parent)
+        return LimitRule(typeName: rule.typeName, maximum: maximum, parentField: rule.parentField, typeKey: rule.typeKey,
+                         counter: rule.counter, parent: TypedParentLookup<P>())
     }
 
-    /// The denial when this limit is reached.
-    public var denial: DenialReason { parentField == nil ? .homeLimitReached : .itemLimitReached }
+    /// The same limits by stored names, for schema-driven code (the CLI). `parentField`
+    /// holds the parent's record id (a uuid field), as the key path of a typed limit does;
+    /// ``FeatureGate/open(_:configuration:)`` refuses a field of another kind. With
+    /// `parentType`, a creation must name an existing record of that type.
+    public static func maxRecords(typeNamed name: String, _ maximum: Int, perField parentField: String? = nil,
+                                  parentType: String? = nil) -> LimitRule {
+        LimitRule(typeName: name, maximum: maximum, parentField: parentField, typeKey: nil,
+                  counter: NamedLimitCounter(type: name, field: parentField),
+                  parent: parentField == nil ? nil : parentType.map(NamedParentLookup.init))
+    }
+
+    /// This limit under another name (what denials and the paywall call it).
+    public func named(_ name: String) -> LimitRule {
+        with(name: name, counter: counter, parent: parent)
+    }
+
+    @available(*, unavailable, message: "a limit's reason depends on the other limits: see GateDecision.denial and GateDecision.limit")
+    public var denial: DenialReason { reason }
+
+    /// The denial when this limit is reached, or passed, by the created record: see
+    /// ``DenialReason``; set for every rule when a gate opens (``reasons(of:)``).
+    var reason: DenialReason { parts.reason }
+
+    /// `rules` with the reason each reports: ``DenialReason/itemLimitReached`` for a
+    /// per-parent limit; for a limit in all, ``DenialReason/homeLimitReached`` when it limits
+    /// the parent type of a per-parent limit (the home limit), or when no per-parent limit
+    /// names its parent's type (which limit is the home's is then unknown: every one in all
+    /// is taken for it, as before limits had names), otherwise ``DenialReason/limitReached(_:)``.
+    static func reasons(of rules: [LimitRule]) -> [LimitRule] {
+        let parentTypes = Set(rules.compactMap(\.parentTypeName))
+        return rules.map { rule in
+            guard rule.parentField == nil else { return rule.with(counter: rule.counter, parent: rule.parent, reason: .itemLimitReached) }
+            let isHome = parentTypes.isEmpty || parentTypes.contains(rule.typeName)
+            return rule.with(counter: rule.counter, parent: rule.parent, reason: isHome ? .homeLimitReached : .limitReached(rule.name))
+        }
+    }
 
     func resolved(in store: Store) throws -> LimitRule {
-        LimitRule(typeName: typeName, maximum: maximum, parentField: parentField, typeKey: typeKey,
-                  counter: try counter.resolved(in: store))
+        with(counter: try counter.resolved(in: store), parent: try parent?.resolved(in: store, for: self))
     }
 
     /// This rule (resolved in `store`), its counts kept by `store` for its own commits.
     func keepingRecentCounts(in store: Store) -> LimitRule {
-        LimitRule(typeName: typeName, maximum: maximum, parentField: parentField, typeKey: typeKey,
-                  counter: counter.keepingRecentCounts(in: store))
+        with(counter: counter.keepingRecentCounts(in: store), parent: parent)
     }
 
     /// Whether `action` creates a record of this limit's type: by Swift type when both give
@@ -158,6 +229,74 @@ public struct LimitRule: Sendable {
     func matches(_ action: GateAction) -> Bool {
         if let key = action.typeKey, let typeKey { return key == typeKey }
         return action.createdTypeName == typeName
+    }
+}
+
+/// How full one limit is, as a denial reports it: ``GateDecision/limit``.
+public struct LimitUsage: Sendable, Hashable, CustomStringConvertible {
+    /// The limit's ``LimitRule/name``.
+    public let name: String
+    /// The records the free tier may hold (in all, or in ``parent``).
+    public let maximum: Int
+    /// The records there are now (in all, or in ``parent``).
+    public let count: Int
+    /// For a per-parent limit: the parent counted (nil when only the total is known).
+    public let parent: RecordID?
+
+    public init(name: String, maximum: Int, count: Int, parent: RecordID?) {
+        self.name = name
+        self.maximum = maximum
+        self.count = count
+        self.parent = parent
+    }
+
+    /// `rule`'s usage: `count` records (in `parent`).
+    init(_ rule: LimitRule, _ count: Int, in parent: RecordID? = nil) {
+        self.init(name: rule.name, maximum: rule.maximum, count: count, parent: parent)
+    }
+
+    public var description: String {
+        "\(name): \(count) of \(maximum)" + (parent.map { " in \($0)" } ?? "")
+    }
+}
+
+/// Whether the parent a creation names exists, for a per-parent limit given its parent's type.
+protocol ParentLookup: Sendable {
+    /// The parent's stored type name.
+    var typeName: String { get }
+    func resolved(in store: Store, for rule: LimitRule) throws -> any ParentLookup
+    func exists<S: StoreReading>(_ reading: S, _ id: RecordID) throws -> Bool
+}
+
+struct TypedParentLookup<P: Record>: ParentLookup {
+    var handle: TypeHandle<P>?
+    var typeName: String { P.recordType }
+
+    func resolved(in store: Store, for rule: LimitRule) throws -> any ParentLookup {
+        do { return TypedParentLookup(handle: try store.typeHandle(P.self)) }
+        catch let error as StoreError {
+            throw GateError(.invalidConfiguration, "gate limit '\(rule.name)': its parent type: \(error.message)", underlying: error)
+        }
+    }
+
+    /// One B-tree lookup, no allocation.
+    func exists<S: StoreReading>(_ reading: S, _ id: RecordID) throws -> Bool {
+        try reading.contains(handle!, id: id)
+    }
+}
+
+struct NamedParentLookup: ParentLookup {
+    let typeName: String
+
+    func resolved(in store: Store, for rule: LimitRule) throws -> any ParentLookup {
+        guard store.schema.type(named: typeName) != nil else {
+            throw GateError(.invalidConfiguration, "gate limit '\(rule.name)': store \(store.path) has no parent type '\(typeName)'")
+        }
+        return self
+    }
+
+    func exists<S: StoreReading>(_ reading: S, _ id: RecordID) throws -> Bool {
+        try reading.get(typeNamed: typeName, id: id) != nil
     }
 }
 
@@ -355,7 +494,7 @@ struct NamedLimitCounter: LimitCounter {
             if case .uuid(let parent)? = record.fields[field] { groups[parent, default: 0] += 1 }
             return true
         }
-        return GroupsOver(walkedAny: groups.values.contains { $0 > maximum })
+        return GroupsOver(parents: groups.filter { $0.value > maximum }.keys.map(RecordID.init).sorted(), walked: true)
     }
 
     /// Limits by stored names are counted from the store at every new state.

@@ -62,13 +62,20 @@ public enum EvaluationReason: String, Sendable, Hashable, Codable {
 
 /// Why an action is denied: what the paywall shows.
 public enum DenialReason: Sendable, Hashable, CustomStringConvertible {
-    /// A limit on a top-level type (free: 1 home) is reached.
+    /// The home limit (free: 1 home) is reached, or passed after a downgrade, by the created
+    /// home: the limit in all on the parent type of a per-parent limit (``LimitRule/maxRecords(_:_:per:of:)``;
+    /// without one, every limit in all). ``GateDecision/limit`` names it, with its count.
     case homeLimitReached
-    /// A per-parent limit (free: 10 items per home) is reached for this parent.
+    /// The created type's per-parent limit (free: 10 items per home) is reached, or passed
+    /// after a downgrade, in the parent the record would go into.
     case itemLimitReached
-    /// Not premium and already above a free limit (after a downgrade): no creation at all,
-    /// while view, search and edit stay allowed.
+    /// Not premium and another free limit is passed (after a downgrade: 3 homes of 1, or a
+    /// home of 12 items while creating in another): no creation at all until it is back
+    /// within, while view, search and edit stay allowed. ``GateDecision/limit`` names it.
     case overLimit
+    /// Another limit in all (free: 20 tags), named here, is reached or passed by the created
+    /// record; ``GateDecision/limit`` gives its count.
+    case limitReached(String)
     /// The feature is in the premium tier only.
     case requiresPremium(Feature)
     /// The feature is premium and the trial that unlocked it has ended.
@@ -76,8 +83,10 @@ public enum DenialReason: Sendable, Hashable, CustomStringConvertible {
     /// Hard gate: the trial is over and there is no subscription; only the paywall is allowed.
     case hardGate
     /// The limit counts could not be read (a storage error, a record that cannot be
-    /// decoded, a creation without the parent its per-parent limit counts by): denied to be safe. Not a case for the paywall: ``GateDecision/error`` says
-    /// what failed, and ``FeatureGate/authorize(_:in:)`` throws `.storage` with the cause.
+    /// decoded, a creation without the parent its per-parent limit counts by, or naming a
+    /// parent that does not exist): denied to be safe. Not a case for the paywall:
+    /// ``GateDecision/error`` says what failed, and ``FeatureGate/authorize(_:in:)`` throws
+    /// the error (`.storage` with the cause, `.invalidConfiguration`, `.parentNotFound`).
     case checkFailed
 
     public var description: String {
@@ -85,6 +94,7 @@ public enum DenialReason: Sendable, Hashable, CustomStringConvertible {
         case .homeLimitReached: "homeLimitReached"
         case .itemLimitReached: "itemLimitReached"
         case .overLimit: "overLimit"
+        case .limitReached(let name): "limitReached(\(name))"
         case .requiresPremium(let feature): "requiresPremium(\(feature))"
         case .trialExpired: "trialExpired"
         case .hardGate: "hardGate"
@@ -176,22 +186,26 @@ public struct GateDecision: Sendable, Hashable, CustomStringConvertible {
     /// For ``DenialReason/checkFailed``: why the counts could not be read, naming the store
     /// (and the record, when one could not be decoded).
     public let error: String?
+    /// For a limit's denial (``DenialReason/homeLimitReached``, ``DenialReason/itemLimitReached``,
+    /// ``DenialReason/limitReached(_:)``, ``DenialReason/overLimit``): which limit, its maximum
+    /// and the count now (in the parent, for a per-parent limit).
+    public let limit: LimitUsage?
 
     static func allow(_ access: Access) -> GateDecision {
-        GateDecision(isAllowed: true, denial: nil, tier: access.tier, reason: access.reason, error: nil)
+        GateDecision(isAllowed: true, denial: nil, tier: access.tier, reason: access.reason, error: nil, limit: nil)
     }
 
-    static func deny(_ denial: DenialReason, _ access: Access) -> GateDecision {
-        GateDecision(isAllowed: false, denial: denial, tier: access.tier, reason: access.reason, error: nil)
+    static func deny(_ denial: DenialReason, _ access: Access, limit: LimitUsage? = nil) -> GateDecision {
+        GateDecision(isAllowed: false, denial: denial, tier: access.tier, reason: access.reason, error: nil, limit: limit)
     }
 
     /// The counts could not be read: denied, with the cause.
     static func checkFailed(_ error: GateError) -> GateDecision {
-        GateDecision(isAllowed: false, denial: .checkFailed, tier: .free, reason: .error, error: error.message)
+        GateDecision(isAllowed: false, denial: .checkFailed, tier: .free, reason: .error, error: error.message, limit: nil)
     }
 
     public var description: String {
-        let head = isAllowed ? "allowed" : "denied: \(denial!)"
+        let head = isAllowed ? "allowed" : "denied: \(denial!)" + (limit.map { " (\($0))" } ?? "")
         return "\(head) (tier \(tier.rawValue): \(reason.summary))" + (error.map { "; \($0)" } ?? "")
     }
 }

@@ -24,12 +24,19 @@ public struct GateError: Error, CustomStringConvertible, Sendable {
         /// The snapshot's sequence number is lower than the cached one (or equal with
         /// different contents): an old snapshot replayed.
         public static let replayedSnapshot = Code("replayedSnapshot")
+        /// The gate's state in the store was removed or changed outside the gate (an edit with
+        /// a database tool, a value from another store): the snapshot cached then is not
+        /// trusted, and premium waits for a newer one.
+        public static let untrustedState = Code("untrustedState")
         /// The snapshot belongs to another user.
         public static let wrongUser = Code("wrongUser")
         /// ``FeatureGate/authorize(_:in:)`` refused the action; ``GateError/decision`` says why.
         public static let denied = Code("denied")
         /// A credit spend with no credits left.
         public static let insufficientCredits = Code("insufficientCredits")
+        /// A creation names a parent that does not exist, for a per-parent limit that knows
+        /// its parent type (``LimitRule/maxRecords(_:_:per:of:)``).
+        public static let parentNotFound = Code("parentNotFound")
         /// The gate's configuration cannot work with this store (missing index, unknown type).
         public static let invalidConfiguration = Code("invalidConfiguration")
         /// The store failed; ``GateError/underlying`` holds the cause.

@@ -3,18 +3,39 @@ import Foundation
 import Stash
 import StashGate
 
+/// `stash gate …`: the verbs on a store (`stash gate DIR VERB`, the default) and the two that
+/// need none, `keygen` and `sign-snapshot`, so that a snapshot can be made and applied from
+/// the command line alone.
+struct Gate: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Entitlements and free-tier limits; keys and signed snapshots.",
+        discussion: """
+        stash gate DIR VERB …          a store's entitlement, limits, credits
+                                       (stash gate on-store --help)
+        stash gate keygen NAME         an Ed25519 key pair: NAME.private for
+                                       the server, NAME.public for the app
+        stash gate sign-snapshot FILE  sign a snapshot's JSON into the
+                                       envelope apply-snapshot takes
+        """,
+        subcommands: [GateOnStore.self, GateKeygen.self, GateSignSnapshot.self],
+        defaultSubcommand: GateOnStore.self)
+}
+
 /// `stash gate DIR VERB …`: entitlements and free-tier limits on any store.
 ///
 /// The command works on generic stores, so the free-tier limits are named: a top-level type
 /// (`--home-type`, default Home, at most `--max-homes`) and a child type (`--item-type`,
 /// default Item) counted per value of its parent field (`--parent-field`, default homeID, at
 /// most `--max-items` per parent). A limit whose type the store lacks is left out.
-struct Gate: ParsableCommand {
+struct GateOnStore: ParsableCommand {
     static let configuration = CommandConfiguration(
-        abstract: "Entitlements and free-tier limits: status, can-create, create, apply-snapshot.",
+        commandName: "on-store",
+        abstract: "Entitlements and free-tier limits of a store: stash gate DIR VERB.",
+        usage: "stash gate <directory> <verb> [<operands> ...] [<options>]",
         discussion: """
         Verbs:
-          status                    entitlement, tier, trial, sync policy, limit usage
+          status                    entitlement, tier, trial, sync policy, limit usage,
+                                    credits
           can-create TYPE [--in ID] would creating a TYPE (in parent ID) be allowed?
                                     exit 0 yes, 3 no; the per-parent limited type
                                     needs --in
@@ -23,16 +44,23 @@ struct Gate: ParsableCommand {
                                     "{n}" in JSON replaced by 0..N-1; exit 3 when a
                                     creation was denied
           apply-snapshot FILE       verify a signed snapshot envelope and cache it
+          credits                   the user's credits, and the debt of an overspend
+          spend-credit OPERATION    spend one credit for OPERATION (an id: spending it
+                                    again, here or on a synced device, spends nothing);
+                                    exit 3 with no credit left
           demo                      the gating story in DIR (a new or empty
                                     directory; two device stores inside)
         Every verb opens the store for writing: the gate records the first launch and
-        the highest time seen (its clock guard).
+        the highest time seen (its clock guard), and declares its own record types
+        (credits, trials), which sync between stores like any other.
 
-        Keys: --key-file names a text file with one HMAC-SHA256 app key per line, as
-        KEYID=BASE64 (or a bare BASE64 key, whose id is "default"); lines starting
-        with # are ignored. Snapshot envelopes are JSON:
-        {"keyID": …, "payload": BASE64, "signature": BASE64}. Without a key file,
-        cached snapshots cannot be verified and the user is free (reason error).
+        Keys: --public-key-file names a file of Ed25519 public keys (stash gate keygen
+        writes one: NAME.public), --key-file a file of HMAC-SHA256 secret keys; both
+        hold one key per line as KEYID=BASE64 (or a bare BASE64 key, whose id is
+        "default"); lines starting with # are ignored. Snapshot envelopes are JSON:
+        {"keyID": …, "payload": BASE64, "signature": BASE64} (stash gate sign-snapshot
+        makes them). Without a key, cached snapshots cannot be verified and the user
+        is free (reason error).
         """)
 
     enum Verb: String, ExpressibleByArgument, CaseIterable {
@@ -40,15 +68,18 @@ struct Gate: ParsableCommand {
         case canCreate = "can-create"
         case create
         case applySnapshot = "apply-snapshot"
+        case credits
+        case spendCredit = "spend-credit"
         case demo
     }
 
     @Argument(help: "The store directory.") var directory: String
-    @Argument(help: "status | can-create | create | apply-snapshot | demo") var verb: Verb
-    @Argument(help: "The verb's operands (TYPE, JSON, FILE).") var operands: [String] = []
+    @Argument(help: "status | can-create | create | apply-snapshot | credits | spend-credit | demo") var verb: Verb
+    @Argument(help: "The verb's operands (TYPE, JSON, FILE, OPERATION).") var operands: [String] = []
 
     @Option(help: "The signed-in user id.") var user = "default"
-    @Option(name: .customLong("key-file"), help: "A file of app keys (KEYID=BASE64 per line; repeatable).") var keyFiles: [String] = []
+    @Option(name: .customLong("public-key-file"), help: "A file of Ed25519 public keys (KEYID=BASE64 per line, as keygen writes NAME.public; repeatable).") var publicKeyFiles: [String] = []
+    @Option(name: .customLong("key-file"), help: "A file of HMAC-SHA256 secret keys (KEYID=BASE64 per line; repeatable).") var keyFiles: [String] = []
     @Option(name: .customLong("in"), help: "can-create: the parent record id (e.g. the home); required for the per-parent limited type.") var parent: String?
     @Option(name: .customLong("home-type"), help: "The top-level limited type.") var homeType = "Home"
     @Option(name: .customLong("item-type"), help: "The per-parent limited type.") var itemType = "Item"
@@ -56,7 +87,7 @@ struct Gate: ParsableCommand {
     @Option(name: .customLong("max-homes"), help: "Free limit on the top-level type.") var maxHomes = 1
     @Option(name: .customLong("max-items"), help: "Free limit per parent.") var maxItems = 10
     @Option(name: .customLong("entitlement"), help: "The entitlement that unlocks premium.") var entitlement = "pro"
-    @Option(name: .customLong("max-offline-days"), help: "Days a cached snapshot keeps subscriptions alive.") var maxOfflineDays: Double = 3
+    @Option(name: .customLong("max-offline-days"), help: "Days a cached snapshot keeps subscriptions of every period alive (default: by period, 3 days weekly to 30 yearly).") var maxOfflineDays: Double?
     @Option(name: .customLong("trial-days"), help: "A local trial from the first launch, in days.") var trialDays: Double?
     @Flag(name: .customLong("hard-gate"), help: "Only the paywall once the trial is over without a subscription.") var hardGate = false
     @Option(help: "Test override: free or pro.") var force: String?
@@ -65,7 +96,7 @@ struct Gate: ParsableCommand {
     @Option(name: .customLong("start-when"), help: "create: open the store, then wait until this file exists (lines up racing processes).") var startSignal: String?
 
     func validate() throws {
-        for (name, value) in [("--max-offline-days", maxOfflineDays), ("--trial-days", trialDays ?? 0)] where value.isNaN || value < 0 {
+        for (name, value) in [("--max-offline-days", maxOfflineDays ?? 0), ("--trial-days", trialDays ?? 0)] where value.isNaN || value < 0 {
             throw ValidationError("\(name) must be a number of days, 0 or more (inf: no limit), not \(value)")
         }
         for (name, value) in [("--max-homes", maxHomes), ("--max-items", maxItems), ("--repeat", repetitions)] where value < 0 {
@@ -80,17 +111,19 @@ struct Gate: ParsableCommand {
                 try gatingStory(in: directory, say: printLine)
                 return
             }
-            let expected = [.status: 0, .canCreate: 1, .create: 2, .applySnapshot: 1][verb] ?? 0
+            let expected = [.status: 0, .canCreate: 1, .create: 2, .applySnapshot: 1, .credits: 0, .spendCredit: 1][verb] ?? 0
             if operands.count > expected {
                 throw CommandFailure(message: "gate \(verb.rawValue) takes \(expected) operand(s), not \(operands.count) (\(operands.dropFirst(expected).map { "'\($0)'" }.joined(separator: ", ")) left over); quote a JSON record as one argument")
             }
-            let store = try openExisting(directory)
+            let store = try openExisting(directory, types: FeatureGate.recordTypes)
             let gate = try FeatureGate.open(store, configuration: try configuration(for: store))
             switch verb {
             case .status: try status(gate)
             case .canCreate: try canCreate(gate)
             case .create: try create(gate)
             case .applySnapshot: try applySnapshot(gate)
+            case .credits: try credits(gate)
+            case .spendCredit: try spendCredit(gate)
             case .demo: break
             }
         }
@@ -102,9 +135,9 @@ struct Gate: ParsableCommand {
     }
 
     func configuration(for store: Store) throws -> GateConfiguration {
-        var config = GateConfiguration(userID: user, verifier: HMACSnapshotVerifier(keys: try readKeys()))
+        var config = GateConfiguration(userID: user, verifier: try KeyRing(publicKeyFiles: publicKeyFiles, secretKeyFiles: keyFiles))
         config.premiumEntitlement = entitlement
-        config.maxOfflineAge = maxOfflineDays * 86_400
+        if let maxOfflineDays { config.maxOfflineAge = maxOfflineDays * 86_400 }
         config.trialLength = trialDays.map { $0 * 86_400 }
         if hardGate {
             config.accessModel = .hardGate
@@ -127,38 +160,11 @@ struct Gate: ParsableCommand {
             guard type.field(named: parentField) != nil else {
                 throw CommandFailure(message: "\(itemType) has no field '\(parentField)' (use --parent-field)")
             }
-            config.limits.append(.maxRecords(typeNamed: itemType, maxItems, perField: parentField))
+            // The parent is a home: a creation in a home that does not exist is refused.
+            let parentType = store.schema.type(named: homeType) != nil ? homeType : nil
+            config.limits.append(.maxRecords(typeNamed: itemType, maxItems, perField: parentField, parentType: parentType))
         }
         return config
-    }
-
-    private func readKeys() throws -> [String: [UInt8]] {
-        var keys: [String: [UInt8]] = [:]
-        for file in keyFiles {
-            let data = try readWholeFile(file, "key file ")
-            for (n, raw) in String(decoding: data, as: UTF8.self).split(whereSeparator: { $0 == "\n" || $0 == "\r\n" }).enumerated() {
-                let line = raw.trimmingCharacters(in: .whitespaces)
-                if line.isEmpty || line.hasPrefix("#") { continue }
-                guard let (id, key) = Self.parseKey(line) else {
-                    throw CommandFailure(message: "key file \(file) line \(n + 1): expected KEYID=BASE64 or BASE64")
-                }
-                keys[id] = key
-            }
-        }
-        return keys
-    }
-
-    /// A key line: `KEYID=BASE64`, or a bare `BASE64` (key id "default"). Base64 pads with
-    /// '=' (every key whose length is not a multiple of 3 bytes, the recommended 32 included),
-    /// so the line is split at its first '=' only when an id stands before it and a key after
-    /// it: what follows the first '=' of a bare key is padding, which decodes to nothing.
-    static func parseKey(_ line: String) -> (id: String, key: [UInt8])? {
-        if let equals = line.firstIndex(of: "="), equals != line.startIndex,
-           let key = Data(base64Encoded: String(line[line.index(after: equals)...])), !key.isEmpty {
-            return (String(line[..<equals]), Array(key))
-        }
-        guard let key = Data(base64Encoded: line), !key.isEmpty else { return nil }
-        return ("default", Array(key))
     }
 
     // MARK: Verbs
@@ -183,6 +189,7 @@ struct Gate: ParsableCommand {
         case .expired: printLine("trial       expired at \(formatInstant(trial.endsAt!)) (\(trial.source!.rawValue))")
         }
         printLine("sync        \(gate.syncPolicy)")
+        printLine("credits     \(try creditBalance(gate))")
         try gate.store.read { snapshot in
             if snapshot.schema.type(named: homeType) != nil {
                 let homes = try snapshot.count(typeNamed: homeType)
@@ -260,6 +267,29 @@ struct Gate: ParsableCommand {
             }
         }
         if denied > 0 { Foundation.exit(3) }
+    }
+
+    private func credits(_ gate: FeatureGate) throws {
+        printLine("credits     \(try creditBalance(gate))")
+    }
+
+    private func creditBalance(_ gate: FeatureGate) throws -> CreditBalance {
+        do { return try gate.store.read { try gate.creditBalance(in: $0) } }
+        catch let error as GateError { throw CommandFailure(message: error.message) }
+    }
+
+    private func spendCredit(_ gate: FeatureGate) throws {
+        let operation = try operand(0, "an OPERATION id")
+        do {
+            switch try gate.spendCredit(operationID: operation) {
+            case .spent(let remaining): printLine("spent 1 credit for \(operation): \(remaining) left")
+            case .alreadySpent(let remaining): printLine("\(operation) was spent before: nothing spent, \(remaining) left")
+            }
+        } catch let error as GateError where error.code == .insufficientCredits {
+            printLine("denied: no credits left (\(try creditBalance(gate)))")
+            printError("stash: \(error.message)")
+            Foundation.exit(3)
+        }
     }
 
     private func applySnapshot(_ gate: FeatureGate) throws {

@@ -25,13 +25,14 @@ func gatingStory(in directory: String, say: (String) -> Void) throws {
     typealias Home = GateDemoHome
     typealias Item = GateDemoItem
     try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
-    let key = Array("stash-demo-app-key-32-bytes-long".utf8)
-    let signer = HMACSnapshotSigner(keyID: "demo", key: key)
+    // The server's key pair: the app ships only the public key.
+    let signer = Ed25519SnapshotSigner(keyID: "demo")
+    let verifier = try Ed25519SnapshotVerifier(publicKeys: ["demo": signer.publicKey])
     func open(_ name: String) throws -> (Store, FeatureGate) {
         let store = try Store.open(at: (directory as NSString).appendingPathComponent(name),
                                    types: [Home.self, Item.self] + FeatureGate.recordTypes)
-        var config = GateConfiguration(userID: "demo-user", verifier: HMACSnapshotVerifier(keys: ["demo": key]))
-        config.limits = [.maxRecords(Home.self, 1), .maxRecords(Item.self, 10, per: \.homeID)]
+        var config = GateConfiguration(userID: "demo-user", verifier: verifier)
+        config.limits = [.maxRecords(Home.self, 1).named("homes"), .maxRecords(Item.self, 10, per: \.homeID, of: Home.self)]
         return (store, try FeatureGate.open(store, configuration: config))
     }
     func create<R: Record>(_ record: R, in parent: RecordID? = nil, _ gate: FeatureGate, _ store: Store) throws -> String {
@@ -42,7 +43,7 @@ func gatingStory(in directory: String, say: (String) -> Void) throws {
             }
             return "created"
         } catch let error as GateError where error.code == .denied {
-            return "denied: \(error.decision!.denial!)"
+            return "denied: \(error.decision!.denial!)" + (error.decision!.limit.map { " (\($0.name): \($0.count) of \($0.maximum))" } ?? "")
         }
     }
 
@@ -92,4 +93,9 @@ func gatingStory(in directory: String, say: (String) -> Void) throws {
     _ = try engineB.sync(via: DirectTransport(to: engineA))
     say("after sync: A has \(gate.credits()), B has \(gateB.credits()) (3 free credits granted once, 2 spent)")
     say("replay of generate-1 on B: \(try gateB.spendCredit(operationID: "generate-1"))")
+    _ = try gate.spendCredit(operationID: "generate-3")
+    _ = try gateB.spendCredit(operationID: "generate-4")
+    _ = try engineA.sync(via: DirectTransport(to: engineB))
+    _ = try engineB.sync(via: DirectTransport(to: engineA))
+    say("both spend the last credit offline, then sync: \(gate.creditBalance().map(\.description) ?? "?")")
 }

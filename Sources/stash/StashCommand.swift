@@ -125,7 +125,8 @@ func readWholeFile(_ path: String, _ what: String = "") throws -> Data {
 /// Opens an existing store (never creates one).
 /// `readOnly`: for commands that only look (nothing is written: a backup stays as it is, a
 /// copy keeps its site).
-func openExisting(_ directory: String, readOnly: Bool = false) throws -> Store {
+/// `types`: Swift record types to declare as well (the gate's own, for `stash gate`).
+func openExisting(_ directory: String, readOnly: Bool = false, types: [any Record.Type] = []) throws -> Store {
     var options = StoreOptions()
     options.createIfMissing = false
     options.readOnly = readOnly
@@ -135,6 +136,7 @@ func openExisting(_ directory: String, readOnly: Bool = false) throws -> Store {
         throw CommandFailure(message: "no store directory at \(directory)")
     }
     do {
+        if !types.isEmpty { return try Store.open(at: directory, types: types, options: options) }
         return try Store.open(at: directory, declaration: SchemaDeclaration(types: []), options: options)
     } catch let error as StoreError where readOnly && error.code == .readOnly {
         // A store in an older format can only be read once upgraded, which writes.

@@ -256,7 +256,8 @@ import Testing
 
     @Test func pastTheMaximumOfflineAgeSubscriptionsAreStaleLifetimeStays() throws {
         let f = try Fixture(start: instant(0))
-        try f.gate.apply(try signed([Tx.subscription("t1", expires: 365 * day)], server: 0))
+        // A weekly plan: the standard policy's allowance is 3 days (OfflinePolicyTests: every period).
+        try f.gate.apply(try signed([Tx.subscription("t1", expires: 365 * day, period: .weekly)], server: 0))
         f.clock.set(instant(3 * day))
         #expect(f.gate.entitlement().isActive)         // exactly 3 days old: still fine
         f.clock.set(instant(3 * day + 1))
@@ -267,7 +268,7 @@ import Testing
         #expect(f.gate.tier == .free)
         #expect(f.gate.check(.use("intervalTimer")).reason == .stale)
         // A fresh snapshot ends it.
-        try f.gate.apply(try signed([Tx.subscription("t1", expires: 365 * day)], sequence: 2, server: 3 * day + 1))
+        try f.gate.apply(try signed([Tx.subscription("t1", expires: 365 * day, period: .weekly)], sequence: 2, server: 3 * day + 1))
         #expect(f.gate.entitlement().isActive)
         #expect(f.gate.entitlement().reason == .verified)
         // Lifetime is not time-limited: never stale.

@@ -18,9 +18,12 @@ import Testing
     static func expected(_ action: GateAction, in reading: some StoreReading, _ index: IndexHandle<Item, RecordID>) throws -> DenialReason? {
         let homes = try reading.count(Home.self)
         let sizes = Dictionary(uniqueKeysWithValues: try reading.groups(index, largerThan: 0).map { ($0.value, $0.count) })
+        // The created record's own limit first (in its parent, or in all), then any other
+        // limit past its maximum (the downgrade-safe rule).
+        if let parent = action.parent, sizes[parent, default: 0] >= maximum { return .itemLimitReached }
+        if action.parent == nil, homes > maximum { return .homeLimitReached }
         if homes > maximum || sizes.values.contains(where: { $0 > maximum }) { return .overLimit }
-        if let parent = action.parent { return sizes[parent, default: 0] >= maximum ? .itemLimitReached : nil }
-        return homes >= maximum ? .homeLimitReached : nil
+        return action.parent == nil && homes >= maximum ? .homeLimitReached : nil
     }
 
     @Test(arguments: [UInt64(21), 22, 23])

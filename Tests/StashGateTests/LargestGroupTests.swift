@@ -31,7 +31,11 @@ import Testing
         let older = try Store.open(at: f.store.path, types: [Home.self, UnindexedItem.self])
         #expect(f.gate.check(.create(Item.self, in: homes[0])).denial == .itemLimitReached)
         try older.insert(UnindexedItem(homeID: homes[1], name: "from the older app"))
-        #expect(f.gate.check(.create(Item.self, in: homes[1])).denial == .overLimit)
+        // Home b holds 11: a new item there hits its own limit, past it; one elsewhere, the
+        // downgrade-safe rule (home b is over).
+        let inB = f.gate.check(.create(Item.self, in: homes[1]))
+        #expect(inB.denial == .itemLimitReached && inB.limit?.count == 11 && inB.limit?.parent == homes[1], "\(inB)")
+        #expect(f.gate.check(.create(Item.self, in: RecordID())).denial == .overLimit)
         #expect(try f.store.count(f.store.index(\Item.homeID), equals: homes[1]) == 11)
         try older.delete(UnindexedItem.self, id: try older.fetch(FetchDescriptor<UnindexedItem>()).first { $0.name == "from the older app" }!.id)
         #expect(f.gate.check(.create(Home.self)).isAllowed)
@@ -62,9 +66,11 @@ import Testing
         #expect(f.gate.check(.create(Home.self)).denial == .homeLimitReached)
         #expect(f.gate.check(.create(Item.self, in: homes[0])).denial == .itemLimitReached)
         _ = try f.addHome("d")
-        #expect(f.gate.check(.create(Item.self, in: homes[0])).denial == .overLimit)
+        #expect(f.gate.check(.create(Item.self, in: homes[0])).denial == .itemLimitReached)   // home a is full
+        #expect(f.gate.check(.create(Item.self, in: RecordID())).denial == .overLimit)        // 4 homes of 3
+        #expect(f.gate.check(.create(Home.self)).denial == .homeLimitReached)
         try f.store.delete(Item.self, id: try #require(try f.store.fetch(FetchDescriptor<Item>()).first).id)
-        #expect(f.gate.check(.create(Item.self, in: homes[1])).denial == .overLimit)   // still 4 homes
+        #expect(f.gate.check(.create(Item.self, in: homes[0])).denial == .overLimit)   // room in home a, still 4 homes
     }
 
     @Test func aWriteTransactionSeesItsOwnPendingMoves() throws {
@@ -128,7 +134,8 @@ import Testing
             // Even rounds: home a holds 11 items (over), odd ones: 10 each (full, not over).
             try writer.update(Item.self, id: items[1].id) { $0.homeID = homes[round % 2] }
             #expect(f.gate.check(.create(Home.self)).denial == (round % 2 == 0 ? .overLimit : nil))
-            #expect(f.gate.check(.create(Item.self, in: homes[0])).denial == (round % 2 == 0 ? .overLimit : .itemLimitReached))
+            let inA = f.gate.check(.create(Item.self, in: homes[0]))
+            #expect(inA.denial == .itemLimitReached && inA.limit?.count == (round % 2 == 0 ? 11 : 10), "round \(round): \(inA)")
             let followed = f.gate.countsFromCommits.load(ordering: .relaxed) - before
             #expect(followed == (writer === other ? 0 : 2), "round \(round): both rules from the kept counts after an own commit only")
         }
@@ -221,9 +228,10 @@ import Testing
 
         func expected(_ action: GateAction, _ items: [Item]) -> DenialReason? {
             let sizes = Dictionary(grouping: items, by: \.homeID).mapValues(\.count)
+            // The parent the item goes into first (full, or past its limit), then any other.
+            if let parent = action.parent, sizes[parent, default: 0] >= 3 { return .itemLimitReached }
             if sizes.values.contains(where: { $0 > 3 }) { return .overLimit }
-            if action == .create(Home.self) { return nil }   // 2 homes of 3
-            return sizes[action.parent!, default: 0] >= 3 ? .itemLimitReached : nil
+            return nil   // 2 homes of 3
         }
         func verify(_ items: [Item], _ step: Int, in tx: StoreTransaction? = nil) {
             for action in [GateAction.create(Home.self)] + parents.map({ .create(Item.self, in: $0) }) {

@@ -159,7 +159,8 @@ func damageRecord(_ id: RecordID, inStoreAt path: String) throws {
     }
 }
 
-/// The highest time seen as saved in `store` (ms since 1970), nil when none is.
+/// The highest time seen as saved in `store` (ms since 1970), nil when none is: the first
+/// field of the gate's state (`SGS1`, then the clock, little-endian).
 func storedClock(_ store: Store) throws -> Int64? {
-    try store.metadata(for: "gate.clock").map { bytes in bytes.enumerated().reduce(Int64(0)) { $0 | Int64($1.element) << (8 * Int64($1.offset)) } }
+    try store.metadata(for: "gate.state").map { bytes in bytes[4..<12].enumerated().reduce(Int64(0)) { $0 | Int64($1.element) << (8 * Int64($1.offset)) } }
 }
