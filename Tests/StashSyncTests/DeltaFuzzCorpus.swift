@@ -131,7 +131,7 @@ struct FuzzCorpus: Sendable {
     static let localHome = fuzzID(5, 1)
     static let handles = ["ada", "bob", "cy", "dora", "eve", "clash"]
 
-    init() throws {
+    init() async throws {
         let key = try SyncKey(FuzzKeyBytes.family), family = Self.family
         self.key = key
         wrongKey = try SyncKey(FuzzKeyBytes.wrong)
@@ -177,7 +177,7 @@ struct FuzzCorpus: Sendable {
 
         // 2. B receives it; concurrent edits on both, counters on both sites, a delete, a
         //    delete and re-insert of the same id, a cleared optional; then both sync.
-        try engineA.sync(via: DirectTransport(to: engineB))
+        try await engineA.sync(via: DirectTransport(to: engineB))
         try b.write { tx in
             try tx.update(FuzzHome.self, id: homes[0]) { $0.name = "Home zero (B)" }
             try tx.update(FuzzItem.self, id: items[1]) { $0.tags = ["b1", "b2"] }
@@ -199,7 +199,7 @@ struct FuzzCorpus: Sendable {
             try tx.update(FuzzItem.self, id: items[5]) { $0.purchased = nil; $0.attributes = ["k": "v"] }
             try tx.insert(FuzzAccount(id: accounts[4], handle: Self.handles[4], joined: t0.addingTimeInterval(4), limits: [:]))
         }
-        try engineA.sync(via: DirectTransport(to: engineB))
+        try await engineA.sync(via: DirectTransport(to: engineB))
         let second = try engineA.makeDelta(for: nil)
         let full = try engineA.makeDelta(for: nil, fullSnapshot: true)
         let fromB = try engineB.makeDelta(for: nil)

@@ -11,7 +11,7 @@ import StashTestSupport
         try StashExecutable.start(arguments).0
     }
 
-    @Test func killedImportsAndRelayExportsLeaveConsistentStores() throws {
+    @Test func killedImportsAndRelayExportsLeaveConsistentStores() async throws {
         let dir = TemporaryDirectory("crash")
         let family = RecordID()
         let a = try Device.open(dir.sub("a"), family: family)
@@ -62,8 +62,8 @@ import StashTestSupport
             }
         }
         let reader = try Device.open(dir.sub("reader"), family: family)
-        try a.engine.sync(via: RelayTransport(directory: relay))
-        try reader.engine.sync(via: RelayTransport(directory: relay))
+        try await a.engine.sync(via: RelayTransport(directory: relay))
+        try await reader.engine.sync(via: RelayTransport(directory: relay))
         #expect(try canonicalDump(reader.store) == canonicalDump(a.store))
     }
 }
