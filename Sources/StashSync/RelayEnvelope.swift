@@ -5,16 +5,22 @@ import Stash
 /// The keys a family derives from its sync key, one per purpose (HKDF-SHA256 with the family
 /// id as salt), so that a key used for one thing never serves another: deltas and
 /// checkpoints are sealed with ``relayEncryption`` on their way through a relay, and a relay
-/// service would authenticate the family with a token derived under another purpose.
+/// service authenticates the family with ``relayToken``, derived under another purpose.
 public struct FamilyKeys: Sendable {
     private let encryptionBytes: [UInt8]
 
     /// Seals relay files (ChaChaPoly).
     var relayEncryption: SymmetricKey { SymmetricKey(data: encryptionBytes) }
 
+    /// What a device shows a relay server to act for the family (``HTTPRelayTransport``):
+    /// 32 bytes derived with the purpose `stash relay token v1`. The server keeps only its
+    /// SHA-256; holding it opens none of the family's files (their key is another purpose's).
+    public let relayToken: [UInt8]
+
     /// The keys of `family` derived from `key`.
     public init(key: SyncKey, family: RecordID) {
         encryptionBytes = Self.derive(key, family, purpose: "stash relay encryption v1")
+        relayToken = Self.derive(key, family, purpose: "stash relay token v1")
     }
 
     /// 32 bytes for `purpose`: HKDF-SHA256 of the sync key, salted with the family id.

@@ -464,7 +464,7 @@ public struct RelayTransport: SyncTransport {
                 // other failure reported, or the source's changes would stop with no word.
                 let data: Data
                 do {
-                    data = try contents(of: Data(contentsOf: file.url), at: file.url, source: source, range: (file.from, file.to), engine: engine)
+                    data = try Self.contents(of: Data(contentsOf: file.url), name: file.url.path, source: source, range: (file.from, file.to), engine: engine)
                 } catch let error as SyncError {
                     // Moved, replayed, changed or cut short by the relay, or not of this family's
                     // writers: refused, and its source's later files wait behind it.
@@ -526,12 +526,8 @@ public struct RelayTransport: SyncTransport {
     private func checkpointDeltas(_ kept: [CheckpointFile], for engine: SyncEngine) throws -> [IncomingDelta] {
         kept.map { checkpoint in
             do {
-                let envelope = try RelayEnvelope(decoding: try Data(contentsOf: checkpoint.url), keys: engine.familyKeys, name: checkpoint.url.path)
-                guard envelope.kind == .checkpoint, envelope.family == engine.family, envelope.source == checkpoint.maker,
-                      envelope.to == checkpoint.to, envelope.coverage == checkpoint.coverage else {
-                    throw SyncError(.corruptDelta, "\(checkpoint.url.path) holds another checkpoint than its name says (of \(envelope.source), through \(envelope.to)): the relay moved or changed it; it was not applied")
-                }
-                return IncomingDelta(checkpoint: checkpoint.url.path, source: checkpoint.maker, data: envelope.payload, coverage: envelope.coverage)
+                return try Self.checkpointDelta(Data(contentsOf: checkpoint.url), name: checkpoint.url.path, maker: checkpoint.maker,
+                                                to: checkpoint.to, coverage: checkpoint.coverage, engine: engine)
             } catch let error as SyncError {
                 return IncomingDelta(name: checkpoint.url.path, source: checkpoint.maker, unreadable: error.message)
             } catch {
@@ -541,18 +537,33 @@ public struct RelayTransport: SyncTransport {
         }
     }
 
+    /// The checkpoint a relay holds as `data`, opened with the family's key and checked against
+    /// where the relay lists it (its maker, `to` and coverage), as a delta to apply. (Shared with
+    /// ``HTTPRelayTransport``: `name` says where it came from.)
+    /// - Throws: ``SyncError`` (`.corruptDelta` for a checkpoint the relay moved or changed).
+    static func checkpointDelta(_ data: Data, name: String, maker: RecordID, to: UInt64, coverage: [RecordID: UInt64],
+                                engine: SyncEngine) throws -> IncomingDelta {
+        let envelope = try RelayEnvelope(decoding: data, keys: engine.familyKeys, name: name)
+        guard envelope.kind == .checkpoint, envelope.family == engine.family, envelope.source == maker,
+              envelope.to == to, envelope.coverage == coverage else {
+            throw SyncError(.corruptDelta, "\(name) holds another checkpoint than its name says (of \(envelope.source), through \(envelope.to)): the relay moved or changed it; it was not applied")
+        }
+        return IncomingDelta(checkpoint: name, source: maker, data: envelope.payload, coverage: envelope.coverage)
+    }
+
     /// The delta a relay file holds, checked against its place: an envelope (a sealed one
     /// opened with the family's key) must name this family, the folder's source and the file
     /// name's range; so must a bare delta's own header (it is what the source wrote: its
     /// checksum, and its HMAC when the family has a key, are checked when it applies).
     /// - Throws: ``SyncError`` (`.corruptDelta` for a file moved, replayed or changed by the
     ///   relay, `.unauthenticated` for one that does not open with the family's key).
-    private func contents(of data: Data, at url: URL, source: RecordID, range: (from: UInt64, to: UInt64), engine: SyncEngine) throws -> Data {
+    /// (Shared with ``HTTPRelayTransport``: `name` says where the file came from.)
+    static func contents(of data: Data, name: String, source: RecordID, range: (from: UInt64, to: UInt64), engine: SyncEngine) throws -> Data {
         func misplaced(_ what: String) -> SyncError {
-            SyncError(.corruptDelta, "\(url.path) holds \(what), not what its place in the relay says (source \(source), history \(range.from)...\(range.to), family \(engine.family)): the relay moved, replayed or changed it; it was not applied")
+            SyncError(.corruptDelta, "\(name) holds \(what), not what its place in the relay says (source \(source), history \(range.from)...\(range.to), family \(engine.family)): the relay moved, replayed or changed it; it was not applied")
         }
         if RelayEnvelope.isEnvelope(data) {
-            let envelope = try RelayEnvelope(decoding: data, keys: engine.familyKeys, name: url.path)
+            let envelope = try RelayEnvelope(decoding: data, keys: engine.familyKeys, name: name)
             guard envelope.kind == .delta, envelope.family == engine.family, envelope.source == source,
                   envelope.from == range.from, envelope.to == range.to else {
                 throw misplaced("the \(envelope.kind) of source \(envelope.source), history \(envelope.from)...\(envelope.to), family \(envelope.family)")

@@ -56,6 +56,7 @@ struct Sync: AsyncParsableCommand {
         discussion: """
         stash sync DIR_A DIR_B        both ways, directly
         stash sync DIR --relay RELAY  send to and fetch from a shared relay folder
+        stash sync DIR --server URL   the same through a relay server (stash-relay; --key-file needed)
         Stores of one family sync; the first sync gives both stores a family when neither has one.
         A new store synced with a relay (--family, and --key-file for a family with a key)
         restores the family's data from the relay's checkpoint and the files after it.
@@ -63,14 +64,24 @@ struct Sync: AsyncParsableCommand {
     @Argument(help: "The store directory.") var directory: String
     @Argument(help: "The other store directory (direct sync).") var other: String?
     @Option(help: "A relay directory shared by the stores (stands for a cloud container); it must exist.") var relay: String?
+    @Option(help: "A relay server's URL (stash-relay serve), e.g. http://127.0.0.1:8080; the family's token derives from --key-file.")
+    var server: String?
     @Option(help: "The family id to adopt (a UUID), for a store that has none.") var family: String?
-    @Flag(help: "With --relay: publish a checkpoint (the store's whole synced state) after the exchange, whether one is due or not.")
+    @Flag(help: "With --relay or --server: publish a checkpoint (the store's whole synced state) after the exchange, whether one is due or not.")
     var checkpoint = false
     @OptionGroup var options: SyncOptions
 
     func validate() throws {
-        guard (other == nil) != (relay == nil) else { throw ValidationError("give either a second store directory or --relay DIR") }
-        if checkpoint && relay == nil { throw ValidationError("--checkpoint goes with --relay (a direct peer keeps no checkpoints)") }
+        guard [other != nil, relay != nil, server != nil].filter({ $0 }).count == 1 else {
+            throw ValidationError("give either a second store directory, --relay DIR or --server URL")
+        }
+        if checkpoint && relay == nil && server == nil { throw ValidationError("--checkpoint goes with --relay or --server (a direct peer keeps no checkpoints)") }
+        if let server, URL(string: server).map({ ["http", "https"].contains($0.scheme ?? "") && $0.host != nil }) != true {
+            throw ValidationError("--server \(server) is not an http(s) URL (http://HOST:PORT)")
+        }
+        if server != nil && options.keyFile == nil {
+            throw ValidationError("--server needs --key-file: a relay server takes only a family with a key (the token it checks derives from it)")
+        }
     }
 
     func run() async throws {
@@ -105,16 +116,26 @@ struct Sync: AsyncParsableCommand {
                     throw CommandFailure(message: "\(relay) is a store, not a relay directory; give a folder the stores share (or sync two stores directly: stash sync \(directory) \(relay))")
                 }
                 let engine = try syncEngine(store, family: wanted, key: key)
-                let transport = RelayTransport(directory: URL(fileURLWithPath: relay))
-                let report = try await engine.sync(via: transport)
-                printLine("\(directory) ⇄ relay \(relay): \(report)")
-                if checkpoint, report.checkpointEntries == nil {
-                    printLine("published a checkpoint of \(try await engine.publishCheckpoint(via: transport)) record states")
-                }
-                printLine("status: \(try await engine.status(via: transport))")
-                try failOnRefusals(report)
+                try await syncThroughRelay(engine, RelayTransport(directory: URL(fileURLWithPath: relay)), named: "relay \(relay)")
+            } else if let server, let url = URL(string: server) {
+                let engine = try syncEngine(store, family: wanted, key: key)
+                let transport = HTTPRelayTransport(server: url)
+                try await syncThroughRelay(engine, transport, named: "server \(server)")
+                printLine("server: \(try await transport.position(of: engine))")
             }
         }
+    }
+
+    /// Sends and fetches through a relay directory or server, publishes a checkpoint when
+    /// asked, and prints the report and the status.
+    private func syncThroughRelay(_ engine: SyncEngine, _ transport: some SyncTransport, named name: String) async throws {
+        let report = try await engine.sync(via: transport)
+        printLine("\(directory) ⇄ \(name): \(report)")
+        if checkpoint, report.checkpointEntries == nil {
+            printLine("published a checkpoint of \(try await engine.publishCheckpoint(via: transport)) record states")
+        }
+        printLine("status: \(try await engine.status(via: transport))")
+        try failOnRefusals(report)
     }
 }
 
@@ -201,12 +222,18 @@ struct ImportDelta: ParsableCommand {
     }
 }
 
-struct Peers: ParsableCommand {
+struct Peers: AsyncParsableCommand {
     static let configuration = CommandConfiguration(abstract: "List the peers a store has synced with and its pending changes.")
     @Argument(help: "The store directory.") var directory: String
+    @Option(help: "A relay server's URL: also ask it now where this store stands there (with --key-file).") var server: String?
+    @OptionGroup var options: SyncOptions
 
-    func run() throws {
-        try runCommand {
+    func validate() throws {
+        if server != nil && options.keyFile == nil { throw ValidationError("--server needs --key-file (the server's token derives from the family's key)") }
+    }
+
+    func run() async throws {
+        try await runCommand {
             // Read-only: looking at a copy must not give it a site of its own.
             let store = try openExisting(directory, readOnly: true)
             let key = try SyncEngine.keyFingerprint(of: store).map { "sync key \($0)" } ?? "no sync key (relay files unencrypted)"
@@ -216,6 +243,13 @@ struct Peers: ParsableCommand {
                 let pending = try SyncEngine.status(of: store, site: peer.site, enabled: store.syncPreferenceAtOpen).pendingOutgoing
                 let forgotten = peer.forgotten.map { " (forgotten \(ISO8601DateFormatter().string(from: $0)): history it lacks may be purged)" } ?? ""
                 printLine("peer \(peer.site): sent through \(peer.sentThrough), received through \(peer.receivedThrough), \(pending) changes pending\(forgotten)")
+                if let (url, position) = try HTTPRelayTransport.lastPosition(of: store, relay: peer.site) {
+                    printLine("  server \(url): log position \(position) at the last fetch")
+                }
+            }
+            if let server, let url = URL(string: server), let family = try SyncEngine.family(of: store), let key = try options.key() {
+                let position = try await HTTPRelayTransport(server: url).position(of: store.siteID, family: family, keys: FamilyKeys(key: key, family: family))
+                printLine("server \(server) now: \(position)")
             }
             let parked = SyncEngine.parkedReasons(of: store)
             if !parked.isEmpty { printLine("parked deltas: \(parked.joined(separator: "; "))") }
