@@ -3,7 +3,7 @@ SWIFT ?= swift
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 export DEBIAN_FRONTEND := noninteractive
 
-.PHONY: deps deps-test deps-bench build demo test bench bench-smoke clean
+.PHONY: deps deps-test deps-bench deps-relay build demo test bench bench-smoke bench-relay relay-server clean
 
 # liblmdb-dev provides lmdb.h, liblmdb.so and the pkg-config file `lmdb`.
 deps:
@@ -23,8 +23,23 @@ deps-bench: deps
 		echo "installing libsqlite3-dev (apt, for GRDB)"; \
 		$(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq libsqlite3-dev pkg-config >/dev/null; }
 
+# PostgreSQL's server (Debian's postgresql) for the relay service's tests and benchmark, which
+# start a throwaway cluster of their own (initdb in a temporary directory, pg_ctl on a loopback
+# port): the package's own cluster is not created (createcluster.conf), nothing is left running.
+deps-relay:
+	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || { \
+		echo "installing postgresql (apt, for the relay service's tests)"; \
+		[ -e /etc/postgresql-common/createcluster.conf ] || { $(SUDO) mkdir -p /etc/postgresql-common && \
+			echo "create_main_cluster = false" | $(SUDO) tee /etc/postgresql-common/createcluster.conf >/dev/null; }; \
+		$(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq postgresql >/dev/null; }
+
 build: deps
 	$(SWIFT) build
+
+# The relay server (RelayService/, a package of its own: an app linking Stash never builds it).
+relay-server: deps
+	$(SWIFT) build -c release --package-path RelayService --product stash-relay
+	@echo "RelayService/.build/release/stash-relay serve --postgres postgres://USER@HOST:5432/DB --port 8080"
 
 demo: deps
 	$(SWIFT) build --product stash
@@ -34,19 +49,28 @@ demo: deps
 # (running it is `make bench`; `make bench-smoke` runs a tiny configuration). The last line
 # says how many tests ran and how long they took, from swift test's own summary (its output
 # is kept in .build/test-output.txt); a failing run still exits with swift test's status.
+# The relay service's package (RelayService/) is built and its tests run after the root suite,
+# against a PostgreSQL cluster they start and stop themselves; its summary line follows the root's.
 TEST_LOG := .build/test-output.txt
-test: deps-test deps-bench
-	$(SWIFT) build --build-tests
-	@start=$$(date +%s); \
-	{ $(SWIFT) test --skip-build; echo $$? > $(TEST_LOG).status; } 2>&1 | tee $(TEST_LOG); \
-	status=$$(cat $(TEST_LOG).status); seconds=$$(( $$(date +%s) - start )); \
-	run=$$(sed -nE 's/.*Test run with ([0-9]+ tests? in [0-9]+ suites?) (passed|failed) after [0-9.]+ seconds?( with ([0-9]+ issues?))?.*/\1 \2\3/p' $(TEST_LOG) | tail -n 1); \
-	if [ -n "$$run" ]; then summary="make test: $$run in $$seconds s"; \
-	else summary="make test: swift test stopped before its summary line after $$seconds s (see $(TEST_LOG))"; fi; \
+RELAY_TEST_LOG := RelayService/.build/test-output.txt
+define swift-test
+	@mkdir -p $(dir $(2)); start=$$(date +%s); \
+	{ $(SWIFT) test $(1) --skip-build; echo $$? > $(2).status; } 2>&1 | tee $(2); \
+	status=$$(cat $(2).status); seconds=$$(( $$(date +%s) - start )); \
+	run=$$(sed -nE 's/.*Test run with ([0-9]+ tests? in [0-9]+ suites?) (passed|failed) after [0-9.]+ seconds?( with ([0-9]+ issues?))?.*/\1 \2\3/p' $(2) | tail -n 1); \
+	if [ -n "$$run" ]; then summary="make test$(3): $$run in $$seconds s"; \
+	else summary="make test$(3): swift test stopped before its summary line after $$seconds s (see $(2))"; fi; \
 	if [ "$$status" -ne 0 ]; then echo "$$summary; exit status $$status"; exit $$status; fi; \
-	echo "$$summary" > $(TEST_LOG).summary
+	echo "$$summary" > $(2).summary
+endef
+
+test: deps-test deps-bench deps-relay
+	$(SWIFT) build --build-tests
+	$(call swift-test,,$(TEST_LOG),)
 	$(SWIFT) build --package-path Benchmarks
-	@cat $(TEST_LOG).summary
+	$(SWIFT) build --package-path RelayService --build-tests
+	$(call swift-test,--package-path RelayService,$(RELAY_TEST_LOG), (relay service))
+	@cat $(TEST_LOG).summary $(RELAY_TEST_LOG).summary
 
 # Benchmarks: Stash against raw LMDB and GRDB/SQLite in one run (see BENCHMARKS.md).
 # The suite is its own package in Benchmarks/ (package-benchmark + GRDB are never built for
@@ -79,5 +103,17 @@ bench-smoke: deps-bench
 	cd Benchmarks && .build/release/BenchReport $(BENCH_RESULTS)-smoke/Current_run.jmh.json --check-allocations >/dev/null
 	@echo "bench-smoke: ok (Benchmarks/$(BENCH_RESULTS)-smoke/report.md)"
 
+# The relay service under load: 1,000 simulated devices on loopback against stash-relay and a
+# throwaway PostgreSQL cluster (release builds); the report lands in
+# Benchmarks/.build/results-relay/report.md (see BENCHMARKS.md).
+bench-relay: deps-relay
+	$(SWIFT) build -c release --package-path RelayService --product stash-relay
+	cd Benchmarks && $(SWIFT) build -c release --product RelayBench
+	@mkdir -p Benchmarks/.build/results-relay
+	Benchmarks/.build/release/RelayBench --server $(CURDIR)/RelayService/.build/release/stash-relay \
+		--commit "$$(git rev-parse --short HEAD)$$(git diff --quiet HEAD -- Sources RelayService Benchmarks || echo '+uncommitted')" \
+		> Benchmarks/.build/results-relay/report.md
+	@cat Benchmarks/.build/results-relay/report.md
+
 clean:
-	rm -rf .build
+	rm -rf .build RelayService/.build

@@ -29,6 +29,16 @@ let package = Package(
         ),
         // Turns a run exported with `--format jmh` into the tables of BENCHMARKS.md.
         .executableTarget(name: "BenchReport", path: "Tools/BenchReport"),
+        // The relay service under load (`make bench-relay`): simulated devices and real stores
+        // against stash-relay (built in RelayService/) and a throwaway PostgreSQL cluster.
+        .executableTarget(
+            name: "RelayBench",
+            dependencies: [
+                .product(name: "Stash", package: "Stash"),
+                .product(name: "StashSync", package: "Stash"),
+            ],
+            path: "Tools/RelayBench"
+        ),
     ],
     swiftLanguageModes: [.v6]
 )

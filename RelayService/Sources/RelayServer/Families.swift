@@ -21,7 +21,8 @@ final class Families: Sendable {
         if let cached {
             entry = cached
         } else {
-            entry = try await database.family(family, registering: tokenHash)
+            let (hash, relay) = try await database.family(family, registering: tokenHash)
+            entry = (hash, relay)
             known.withLock { $0[family] = entry }
         }
         // Compared whole, whatever the first difference: the time says nothing of the hash.

@@ -101,6 +101,7 @@ struct NotificationListener: Service {
     func run() async throws {
         var delay = Duration.milliseconds(100)
         while !Task.isCancelled && !Task.isShuttingDownGracefully {
+            let listened = Atomic<Bool>(false)
             do {
                 try await cancelWhenGracefulShutdown {
                     let connection = try await PostgresConnection.connect(configuration: try url.connectionConfiguration(),
@@ -108,7 +109,7 @@ struct NotificationListener: Service {
                     defer { Task { try? await connection.close() } }
                     try await connection.listen(on: Self.channel) { notifications in
                         logger.info("listening for new deltas", metadata: ["channel": "\(Self.channel)"])
-                        delay = .milliseconds(100)
+                        listened.store(true, ordering: .relaxed)
                         waiters.notifyAll()
                         for try await notification in notifications {
                             // "<family> <position> <source>"
@@ -124,6 +125,7 @@ struct NotificationListener: Service {
             }
             // Whatever was missed meanwhile: every long-poll reads its log again.
             waiters.notifyAll()
+            if listened.load(ordering: .relaxed) { delay = .milliseconds(100) }
             try? await Task.sleep(for: delay)
             delay = min(delay * 2, .seconds(5))
         }

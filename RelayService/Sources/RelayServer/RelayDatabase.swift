@@ -292,6 +292,7 @@ final class RelayDatabase: Sendable {
 
     /// Runs `body` within ``timeout``; a database that does not answer (restarting, gone) or
     /// that failed the connection is ``Unavailable`` (503 to the client, which retries).
+    @discardableResult
     private func run<T: Sendable>(_ what: String, _ body: @escaping @Sendable () async throws -> T) async throws -> T {
         do {
             return try await withThrowingTaskGroup(of: T.self) { group in

@@ -49,7 +49,7 @@ struct RelayRoutes: Sendable {
         family.get("sites/:site/position") { request, context in try await position(request, context) }
         family.put("sites/:site/acks/:reader") { request, context in try await acknowledge(request, context) }
         family.get("sites/:site/requests") { request, context in try await requests(request, context) }
-        family.put("sites/:site/requests/:reader") { request, context in try await request(request, context) }
+        family.put("sites/:site/requests/:reader") { request, context in try await askForSnapshot(request, context) }
         family.get("sites/:site/parked") { request, context in try await parkedNotes(request, context) }
         family.put("sites/:site/parked/:reader") { request, context in try await park(request, context) }
         family.delete("sites/:site/parked/:reader") { request, context in try await unpark(request, context) }
@@ -215,7 +215,7 @@ struct RelayRoutes: Sendable {
     func log(_ request: Request, _ context: Context) async throws -> Response {
         let (family, _) = try await authorize(request, context)
         let after = try number(request, "after", default: 0)
-        let wait = try Self.duration(request.uri.queryParameters.get("wait").map(String.init) ?? "0s", max: configuration.maxWait)
+        let wait = try Self.duration(request.uri.queryParameters.get("wait").map { String($0) } ?? "0s", max: configuration.maxWait)
         let excluding = request.uri.queryParameters.get("exclude").flatMap { UUID(uuidString: String($0)) }
         let bodies = request.uri.queryParameters.get("bodies") == "1"
         let limit = Int(min(try number(request, "limit", default: 256), 4096))
@@ -245,7 +245,7 @@ struct RelayRoutes: Sendable {
         for entry in entries {
             guard var body = entry.body else { continue }
             buffer.writeInteger(UInt64(entry.position), endianness: .little)
-            withUnsafeBytes(of: entry.source.uuid) { buffer.writeBytes($0) }
+            _ = withUnsafeBytes(of: entry.source.uuid) { buffer.writeBytes($0) }
             buffer.writeInteger(UInt64(entry.from), endianness: .little)
             buffer.writeInteger(UInt64(entry.to), endianness: .little)
             buffer.writeInteger(UInt8(entry.full ? 1 : 0))
@@ -346,7 +346,7 @@ struct RelayRoutes: Sendable {
 
     /// `PUT /v1/families/F/sites/S/requests/R`: R asks S for a full snapshot. 404 when S never
     /// wrote or read here (nothing is left: it would never answer).
-    func request(_ request: Request, _ context: Context) async throws -> Response {
+    func askForSnapshot(_ request: Request, _ context: Context) async throws -> Response {
         let (family, _) = try await authorize(request, context)
         let source = try uuid(context, "site"), reader = try uuid(context, "reader")
         let known = try await mapUnavailable { try await database.request(family: family, source: source, reader: reader) }
@@ -360,7 +360,7 @@ struct RelayRoutes: Sendable {
         let source = try uuid(context, "site")
         var buffer = ByteBuffer()
         for (reader, var note) in try await mapUnavailable({ try await database.parkedNotes(family: family, source: source) }) {
-            withUnsafeBytes(of: reader.uuid) { buffer.writeBytes($0) }
+            _ = withUnsafeBytes(of: reader.uuid) { buffer.writeBytes($0) }
             buffer.writeInteger(UInt32(note.readableBytes), endianness: .little)
             buffer.writeBuffer(&note)
         }

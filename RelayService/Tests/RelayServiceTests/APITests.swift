@@ -185,9 +185,9 @@ extension RelayServiceTests {
             #expect(second.log.contains("serving"))
 
             try cluster.stop()
-            #expect(try eventually(15) { (try? httpStatus(server.url.appendingPathComponent("health"))) == 503 })
+            #expect(try await eventually(15) { (try? httpStatus(server.url.appendingPathComponent("health"))) == 503 })
             try cluster.start()
-            #expect(try eventually(30) { (try? httpStatus(server.url.appendingPathComponent("health"))) == 200 })
+            #expect(try await eventually(30) { (try? httpStatus(server.url.appendingPathComponent("health"))) == 200 })
         }
     }
 }

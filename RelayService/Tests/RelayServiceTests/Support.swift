@@ -16,28 +16,64 @@ struct HarnessError: Error, CustomStringConvertible {
 
 // MARK: Processes
 
-/// Runs a command to its end; throws with its output when it fails.
-@discardableResult
-func run(_ executable: String, _ arguments: [String], asPostgres: Bool = false) throws -> String {
-    let process = Process()
+/// Starts `executable` (as the `postgres` user when asked and this process is root:
+/// PostgreSQL refuses to run as root), its standard output and error appended to the file
+/// `output`, nothing else of this process open in it. With `posix_spawn`, not Foundation's
+/// `Process`: a child that leaves a daemon behind (`pg_ctl start`) would hand it the socket by
+/// which `Process` notices the child's end, and `waitUntilExit` would wait for the daemon.
+func spawn(_ executable: String, _ arguments: [String], output: String, asPostgres: Bool = false) throws -> pid_t {
     var arguments = arguments
     var executable = executable
-    // PostgreSQL refuses to run as root: as root (CI), its tools run as the `postgres` user.
     if asPostgres && getuid() == 0 {
         arguments = ["-u", "postgres", "--", executable] + arguments
         executable = "/usr/sbin/runuser"
     }
-    process.executableURL = URL(fileURLWithPath: executable)
-    process.arguments = arguments
-    let output = Pipe()
-    process.standardOutput = output
-    process.standardError = output
-    try process.run()
-    let data = output.fileHandleForReading.readDataToEndOfFile()
-    process.waitUntilExit()
-    let text = String(decoding: data, as: UTF8.self)
-    guard process.terminationStatus == 0 else {
-        throw HarnessError("\(executable) \(arguments.joined(separator: " ")) exited \(process.terminationStatus): \(text)")
+    var actions = posix_spawn_file_actions_t()
+    posix_spawn_file_actions_init(&actions)
+    defer { posix_spawn_file_actions_destroy(&actions) }
+    posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
+    posix_spawn_file_actions_addopen(&actions, 1, output, O_WRONLY | O_CREAT | O_APPEND, 0o644)
+    posix_spawn_file_actions_adddup2(&actions, 1, 2)
+    closeFrom3(&actions)
+    let argv = ([executable] + arguments).map { strdup($0) } + [nil]
+    defer { for pointer in argv { free(pointer) } }
+    var pid: pid_t = 0
+    let status = posix_spawn(&pid, executable, &actions, nil, argv, environ)
+    guard status == 0 else { throw HarnessError("cannot start \(executable): \(String(cString: strerror(status)))") }
+    return pid
+}
+
+/// Adds "close every descriptor from 3 on" to `actions` (glibc's
+/// posix_spawn_file_actions_addclosefrom_np, looked up at run time: Swift's Glibc module does
+/// not declare it); without it, each descriptor open now.
+private func closeFrom3(_ actions: inout posix_spawn_file_actions_t) {
+    typealias CloseFrom = @convention(c) (UnsafeMutablePointer<posix_spawn_file_actions_t>, Int32) -> Int32
+    if let symbol = dlsym(UnsafeMutableRawPointer(bitPattern: 0), "posix_spawn_file_actions_addclosefrom_np") {
+        _ = unsafeBitCast(symbol, to: CloseFrom.self)(&actions, 3)
+        return
+    }
+    for name in (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd")) ?? [] {
+        if let fd = Int32(name), fd >= 3 { posix_spawn_file_actions_addclose(&actions, fd) }
+    }
+}
+
+/// Waits for the child `pid` to end; its exit status (128 + the signal that ended it).
+@discardableResult
+func waitFor(_ pid: pid_t) -> Int32 {
+    var status: Int32 = 0
+    while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
+    return status & 0x7F == 0 ? (status >> 8) & 0xFF : 128 + (status & 0x7F)
+}
+
+/// Runs a command to its end; throws with its output when it fails.
+@discardableResult
+func run(_ executable: String, _ arguments: [String], asPostgres: Bool = false) throws -> String {
+    let output = NSTemporaryDirectory() + "stash-relay-run-" + UUID().uuidString
+    defer { try? FileManager.default.removeItem(atPath: output) }
+    let status = waitFor(try spawn(executable, arguments, output: output, asPostgres: asPostgres))
+    let text = (try? String(contentsOfFile: output, encoding: .utf8)) ?? ""
+    guard status == 0 else {
+        throw HarnessError("\(executable) \(arguments.joined(separator: " ")) exited \(status): \(text)")
     }
     return text
 }
@@ -146,7 +182,8 @@ final class RelayServerProcess: @unchecked Sendable {
     let postgres: String
     let arguments: [String]
     let logPath: String
-    private(set) var process: Process
+    private(set) var pid: pid_t = 0
+    private var running = false
 
     /// Where the test binary's build put `stash-relay` (STASH_RELAY_BIN overrides).
     static var binary: String {
@@ -164,7 +201,6 @@ final class RelayServerProcess: @unchecked Sendable {
         self.port = try port ?? freePort()
         self.arguments = arguments
         logPath = NSTemporaryDirectory() + "stash-relay-\(self.port)-\(UUID().uuidString.prefix(8)).log"
-        process = Process()
         try start()
     }
 
@@ -175,18 +211,15 @@ final class RelayServerProcess: @unchecked Sendable {
         guard FileManager.default.isExecutableFile(atPath: Self.binary) else {
             throw HarnessError("no stash-relay at \(Self.binary): build the package first (swift build --build-tests)")
         }
-        process = Process()
-        process.executableURL = URL(fileURLWithPath: Self.binary)
-        process.arguments = ["serve", "--postgres", postgres, "--port", String(port)] + arguments
-        FileManager.default.createFile(atPath: logPath, contents: nil)
-        let log = try FileHandle(forWritingTo: URL(fileURLWithPath: logPath))
-        log.seekToEndOfFile()
-        process.standardError = log
-        process.standardOutput = log
-        try process.run()
+        pid = try spawn(Self.binary, ["serve", "--postgres", postgres, "--port", String(port)] + arguments, output: logPath)
+        running = true
         let deadline = Date().addingTimeInterval(60)
         while Date() < deadline {
-            if !process.isRunning { throw HarnessError("stash-relay exited \(process.terminationStatus) at start: \(self.log)") }
+            var status: Int32 = 0
+            if waitpid(pid, &status, WNOHANG) == pid {
+                running = false
+                throw HarnessError("stash-relay exited at start: \(self.log)")
+            }
             if (try? httpStatus(url.appendingPathComponent("health"))) == 200 { return }
             usleep(50_000)
         }
@@ -197,22 +230,22 @@ final class RelayServerProcess: @unchecked Sendable {
 
     /// kill -9, then wait for the process to be gone.
     func kill9() {
-        kill(process.processIdentifier, SIGKILL)
-        process.waitUntilExit()
+        guard running else { return }
+        kill(pid, SIGKILL)
+        waitFor(pid)
+        running = false
     }
 
     /// SIGTERM: a graceful shutdown. Returns the exit status.
     func terminate() -> Int32 {
-        kill(process.processIdentifier, SIGTERM)
-        process.waitUntilExit()
-        return process.terminationStatus
+        guard running else { return -1 }
+        kill(pid, SIGTERM)
+        running = false
+        return waitFor(pid)
     }
 
     deinit {
-        if process.isRunning {
-            kill(process.processIdentifier, SIGKILL)
-            process.waitUntilExit()
-        }
+        kill9()
         try? FileManager.default.removeItem(atPath: logPath)
     }
 }
