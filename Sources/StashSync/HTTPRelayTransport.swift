@@ -272,7 +272,7 @@ public struct HTTPRelayTransport: SyncTransport {
             result += await checkpointDeltas(state.checkpoints, for: engine)
         }
         // Per source, the files to offer, decided as a relay directory's reader does.
-        var wanted: [(source: RecordID, files: [State.File])] = []
+        var wanted: [(source: RecordID, files: [State.File], requested: Bool)] = []
         for (source, listed) in sources {
             let received = try engine.store.read { try PeerWatermark.load(source.description, in: $0) }.receivedThrough
             let wantsFull = try engine.wantsFullSnapshot(from: source)
@@ -297,10 +297,10 @@ public struct HTTPRelayTransport: SyncTransport {
             }
             if let full { files = files.filter { $0.to > full.to || $0.position == full.position } }
             files = files.filter { $0.to > received || $0.position == full?.position }
-            if !files.isEmpty { wanted.append((source, files)) }
+            if !files.isEmpty { wanted.append((source, files, listed.requested)) }
         }
         let bodies = try await downloadFiles(wanted.flatMap(\.files), for: engine)
-        for (source, files) in wanted {
+        for (source, files, requested) in wanted {
             for file in files {
                 let name = fileName(file, of: source, engine: engine)
                 // Cleaned up since the listing (every reader had it, a checkpoint holds it):
@@ -311,6 +311,10 @@ public struct HTTPRelayTransport: SyncTransport {
                     data = try RelayTransport.contents(of: body, name: name, source: source, range: (file.from, file.to), engine: engine)
                 } catch let error as SyncError {
                     result.append(IncomingDelta(name: name, source: source, unreadable: error.message))
+                    // The server checked the header when it stored the file, so a file that
+                    // does not open now was changed where it is kept: it stays damaged. The
+                    // source's full snapshot supersedes it (a directory's file may be put back).
+                    if error.code == .corruptDelta, !requested { try await requestFullSnapshot(from: source, for: engine) }
                     break
                 }
                 let to = file.to
@@ -545,7 +549,7 @@ public struct HTTPRelayTransport: SyncTransport {
                 case 401, 403:
                     throw SyncError(.unauthenticated, "relay server \(server.absoluteString) refused the family's token (\(status): \(message)); every device of family \(family) must use the family's key (the server takes the token of the first device that reached it)")
                 case 413:
-                    throw SyncError(.transportFailed, "relay server \(server.absoluteString) refused \(what): too large (\(message)); changes stay pending")
+                    throw SyncError(.transportFailed, "relay server \(server.absoluteString) refused \(what) as too large (413: \(message)); changes stay pending")
                 case 429, 502, 503, 504:
                     problem = "\(status): \(message)"
                     if let retryAfter = http.value(forHTTPHeaderField: "Retry-After").flatMap(Double.init) {

@@ -1,3 +1,5 @@
+import Foundation
+
 /// The server's own tables and functions in PostgreSQL, created and upgraded at start
 /// (``RelayDatabase/migrate(logger:)``): each migration runs once, in order, in one
 /// transaction with the version it brings, under an advisory lock so that servers starting
@@ -11,6 +13,41 @@
 enum Migrations {
     /// `(version, SQL)`, in order. Never edit a published one: add the next.
     static let all: [(version: Int, sql: String)] = [(1, version1)]
+
+    /// The statements of `sql`, split at each `;` that is outside a string, a `$$`-quoted body
+    /// and a `--` comment (PostgreSQL's extended protocol runs one statement per query).
+    static func statements(_ sql: String) -> [String] {
+        var result: [String] = []
+        var current = ""
+        var inString = false, inBody = false, inComment = false
+        var characters = sql.makeIterator()
+        var previous: Character? = nil
+        while let character = characters.next() {
+            defer { previous = character }
+            if inComment {
+                if character == "\n" { inComment = false }
+                current.append(character)
+                continue
+            }
+            switch character {
+            case "'" where !inBody: inString.toggle()
+            case "$" where !inString && previous == "$": inBody.toggle()
+            case "-" where !inString && !inBody && previous == "-": inComment = true
+            case ";" where !inString && !inBody:
+                let statement = current.trimmingCharacters(in: .whitespacesAndNewlines)
+                if !statement.isEmpty { result.append(statement) }
+                current = ""
+                continue
+            default: break
+            }
+            current.append(character)
+        }
+        let rest = current.trimmingCharacters(in: .whitespacesAndNewlines)
+        if !rest.isEmpty && !rest.split(separator: "\n").allSatisfy({ $0.trimmingCharacters(in: .whitespaces).hasPrefix("--") }) {
+            result.append(rest)
+        }
+        return result
+    }
 
     static let version1 = #"""
     CREATE TABLE stash_relay_families (

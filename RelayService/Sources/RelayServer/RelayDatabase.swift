@@ -45,7 +45,10 @@ final class RelayDatabase: Sendable {
                     for migration in Migrations.all where !applied.contains(migration.version) {
                         try await connection.query("BEGIN", logger: self.logger)
                         do {
-                            try await connection.query(PostgresQuery(unsafeSQL: migration.sql), logger: self.logger)
+                            // One statement per query: the extended protocol takes no more.
+                            for statement in Migrations.statements(migration.sql) {
+                                try await connection.query(PostgresQuery(unsafeSQL: statement), logger: self.logger)
+                            }
                             try await connection.query("INSERT INTO stash_relay_migrations (version) VALUES (\(migration.version))", logger: self.logger)
                             try await connection.query("COMMIT", logger: self.logger)
                         } catch {
@@ -68,10 +71,11 @@ final class RelayDatabase: Sendable {
     /// The family's token hash and relay id; a family the database does not know yet is
     /// registered with `tokenHash` (the first device to reach the server with its token).
     func family(_ family: UUID, registering tokenHash: [UInt8]) async throws -> (tokenHash: [UInt8], relay: UUID) {
-        try await run("family") {
+        let hash = ByteBuffer(bytes: tokenHash)   // bytea ([UInt8] would bind as "char"[])
+        return try await run("family") {
             let rows = try await self.client.query("""
                 WITH inserted AS (
-                    INSERT INTO stash_relay_families (family, token_hash, relay_id) VALUES (\(family), \(tokenHash), gen_random_uuid())
+                    INSERT INTO stash_relay_families (family, token_hash, relay_id) VALUES (\(family), \(hash), gen_random_uuid())
                     ON CONFLICT (family) DO NOTHING RETURNING token_hash, relay_id)
                 SELECT token_hash, relay_id FROM inserted
                 UNION ALL SELECT token_hash, relay_id FROM stash_relay_families WHERE family = \(family)
@@ -283,9 +287,9 @@ final class RelayDatabase: Sendable {
         }
     }
 
-    /// Whether PostgreSQL answers.
-    func ping() async throws {
-        try await run("ping") { try await self.client.query("SELECT 1", logger: self.logger) }
+    /// Whether PostgreSQL answers within `timeout` (`/health`: a probe expects its answer soon).
+    func ping(timeout: Duration = .seconds(1)) async throws {
+        try await run("ping", timeout: timeout) { try await self.client.query("SELECT 1", logger: self.logger) }
     }
 
     // MARK: Failures
@@ -293,13 +297,14 @@ final class RelayDatabase: Sendable {
     /// Runs `body` within ``timeout``; a database that does not answer (restarting, gone) or
     /// that failed the connection is ``Unavailable`` (503 to the client, which retries).
     @discardableResult
-    private func run<T: Sendable>(_ what: String, _ body: @escaping @Sendable () async throws -> T) async throws -> T {
+    private func run<T: Sendable>(_ what: String, timeout: Duration? = nil, _ body: @escaping @Sendable () async throws -> T) async throws -> T {
+        let timeout = timeout ?? self.timeout
         do {
             return try await withThrowingTaskGroup(of: T.self) { group in
                 group.addTask { try await body() }
                 group.addTask {
-                    try await Task.sleep(for: self.timeout)
-                    throw Unavailable(reason: "PostgreSQL did not answer within \(self.timeout)")
+                    try await Task.sleep(for: timeout)
+                    throw Unavailable(reason: "PostgreSQL did not answer within \(timeout)")
                 }
                 defer { group.cancelAll() }
                 return try await group.next()!

@@ -138,6 +138,11 @@ struct RelayRoutes: Sendable {
         } catch let error as RelayDatabase.Unavailable {
             logger.warning("database unavailable", metadata: ["error": "\(error)"])
             throw HTTPError(.serviceUnavailable, headers: [.retryAfter: "1"], message: "the relay's database is unavailable (\(error)); retry")
+        } catch let error as HTTPError {
+            throw error
+        } catch {
+            // Logged with its details by RelayDatabase; the client learns where to look.
+            throw HTTPError(.internalServerError, message: "the relay server failed (\(type(of: error))); its log says why")
         }
     }
 
