@@ -480,14 +480,14 @@ public struct HTTPRelayTransport: SyncTransport {
     /// (with the server's URL), for `stash peers` to show offline.
     static func positionKey(_ relay: RecordID) -> String { "sync.server.\(relay)" }
 
-    /// The server position this store noted at its last fetch through the relay `relay`
-    /// (`"<url> <position>"`), or nil.
-    public static func lastPosition(of store: Store, relay: String) throws -> (server: String, position: Int64)? {
-        guard relay.hasPrefix(PeerWatermark.relaySite + "."), let id = RecordID(string: String(relay.dropFirst(PeerWatermark.relaySite.count + 1))),
-              let bytes = try store.metadata(for: positionKey(id)) else { return nil }
-        let parts = String(decoding: bytes, as: UTF8.self).split(separator: " ")
-        guard parts.count == 2, let position = Int64(parts[1]) else { return nil }
-        return (String(parts[0]), position)
+    /// The relay servers this store fetched from, each with the log position it noted at its
+    /// last fetch there (for `stash peers`, offline).
+    public static func lastPositions(of store: Store) throws -> [(server: String, position: Int64)] {
+        try store.read { try $0.metadata(withPrefix: "sync.server.") }.compactMap { entry in
+            let parts = String(decoding: entry.value, as: UTF8.self).split(separator: " ")
+            guard parts.count == 2, let position = Int64(parts[1]) else { return nil }
+            return (String(parts[0]), position)
+        }.sorted { $0.server < $1.server }
     }
 
     private func noteHead(_ head: Int64, for engine: SyncEngine) throws {

@@ -243,9 +243,9 @@ struct Peers: AsyncParsableCommand {
                 let pending = try SyncEngine.status(of: store, site: peer.site, enabled: store.syncPreferenceAtOpen).pendingOutgoing
                 let forgotten = peer.forgotten.map { " (forgotten \(ISO8601DateFormatter().string(from: $0)): history it lacks may be purged)" } ?? ""
                 printLine("peer \(peer.site): sent through \(peer.sentThrough), received through \(peer.receivedThrough), \(pending) changes pending\(forgotten)")
-                if let (url, position) = try HTTPRelayTransport.lastPosition(of: store, relay: peer.site) {
-                    printLine("  server \(url): log position \(position) at the last fetch")
-                }
+            }
+            for (url, position) in try HTTPRelayTransport.lastPositions(of: store) {
+                printLine("server \(url): log position \(position) at the last fetch")
             }
             if let server, let url = URL(string: server), let family = try SyncEngine.family(of: store), let key = try options.key() {
                 let position = try await HTTPRelayTransport(server: url).position(of: store.siteID, family: family, keys: FamilyKeys(key: key, family: family))
