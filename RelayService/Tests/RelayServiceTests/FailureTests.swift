@@ -130,23 +130,38 @@ extension RelayServiceTests {
             try devices[0].store.insert(wallet)
             var expected = Expected()
             for (n, device) in devices.enumerated() { try await device.engine.sync(via: transports[n]) }
-            let restart = Task.detached {
+            // When PostgreSQL was down: from before its stop to after its start.
+            let restarted = Flag()
+            let restart = Task.detached { () async throws -> (down: ContinuousClock.Instant, up: ContinuousClock.Instant) in
+                defer { restarted.set() }
                 try await Task.sleep(for: .milliseconds(300))
+                let down = ContinuousClock.now
                 try cluster.stop()
                 try await Task.sleep(for: .seconds(1))
                 try cluster.start()
+                return (down, ContinuousClock.now)
             }
             var failures: [String] = []
-            for round in 0..<8 {
+            var syncs: [(start: ContinuousClock.Instant, end: ContinuousClock.Instant)] = []
+            var round = 0
+            // At least 8 rounds, and two more once the restart is over.
+            var after = 0
+            while after < 2 {
+                if round >= 8 && restarted.isSet { after += 1 }
                 for (n, device) in devices.enumerated() {
                     try expected.round(device, n, round, wallet: wallet.id)
+                    let start = ContinuousClock.now
                     do { try await device.engine.sync(via: transports[n]) }
                     catch { failures.append("\(error)") }
+                    syncs.append((start, .now))
                 }
+                round += 1
                 try await Task.sleep(for: .milliseconds(100))
             }
-            try await restart.value
+            let outage = try await restart.value
             #expect(failures.isEmpty, "syncs failed across the restart: \(failures)")
+            // Some sync was under way while PostgreSQL was down, and went through.
+            #expect(syncs.contains { $0.start < outage.up && $0.end > outage.down }, "no sync overlapped the restart")
             for _ in 0..<2 {
                 for (n, device) in devices.enumerated() { try await device.engine.sync(via: transports[n]) }
             }

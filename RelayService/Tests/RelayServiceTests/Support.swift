@@ -341,6 +341,13 @@ func transport(_ server: RelayServerProcess, giveUpAfter: Duration = .seconds(20
                        requestTimeout: 15)
 }
 
+/// A flag one task sets and another reads.
+final class Flag: Sendable {
+    private let value = Mutex(false)
+    func set() { value.withLock { $0 = true } }
+    var isSet: Bool { value.withLock { $0 } }
+}
+
 /// Polls `condition` until it holds or `seconds` pass.
 func eventually(_ seconds: Double = 20, _ condition: () async throws -> Bool) async throws -> Bool {
     let deadline = Date().addingTimeInterval(seconds)
