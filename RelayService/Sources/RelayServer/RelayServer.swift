@@ -2,6 +2,8 @@ import Foundation
 import Hummingbird
 import Logging
 import Metrics
+import NIOCore
+import NIOPosix
 import PostgresNIO
 import Prometheus
 import ServiceLifecycle
@@ -70,7 +72,46 @@ public func makeRelayApplication(configuration: RelayServerConfiguration, regist
         },
         logger: logger)
     app.beforeServerStarts {
+        try await checkConnection(configuration.postgres, logger: logger)
         try await database.migrate()
     }
     return app
+}
+
+/// Connects to PostgreSQL once, on a connection of its own, so that a server that cannot reach
+/// its database says why at start (the pool would only wait and retry).
+/// - Throws: ``RelayServerError`` naming the database and PostgreSQL's reason.
+func checkConnection(_ url: PostgresURL, logger: Logger) async throws {
+    do {
+        let connection = try await PostgresConnection.connect(configuration: try url.connectionConfiguration(), id: 0, logger: logger)
+        try await connection.close()
+    } catch {
+        throw RelayServerError("cannot connect to PostgreSQL at \(url): \(describe(error)); check --postgres (host, port, user, database) and that PostgreSQL runs")
+    }
+}
+
+/// What went wrong, in one line: PostgreSQL's own message, or the network's.
+func describe(_ error: any Error) -> String {
+    if let error = error as? PSQLError {
+        if let message = error.serverInfo?[.message] { return message }
+        if let underlying = error.underlying { return describe(underlying) }
+        return "\(error.code)"
+    }
+    if let error = error as? IOError { return String(cString: strerror(error.errnoCode)).lowercased() }
+    if let error = error as? NIOConnectionError {
+        return error.connectionErrors.map { describe($0.error) }.first ?? "cannot connect"
+    }
+    return "\(error)"
+}
+
+/// The line `stash-relay serve` prints when the server stops on an error.
+public func startFailureMessage(_ error: any Error, configuration: RelayServerConfiguration) -> String {
+    if let error = error as? IOError, error.errnoCode == EADDRINUSE {
+        return "cannot listen on \(configuration.host):\(configuration.port): the address is in use (another server?); choose another --port"
+    }
+    if let error = error as? IOError, error.errnoCode == EACCES {
+        return "cannot listen on \(configuration.host):\(configuration.port): not allowed (a port below 1024 needs privileges); choose another --port"
+    }
+    if let error = error as? RelayServerError { return error.description }
+    return describe(error)
 }

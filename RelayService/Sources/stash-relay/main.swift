@@ -70,7 +70,7 @@ struct Serve: AsyncParsableCommand {
         do {
             try await app.runService()
         } catch {
-            printError("stash-relay: \(error)")
+            printError("stash-relay: \(startFailureMessage(error, configuration: configuration))")
             throw ExitCode(1)
         }
     }

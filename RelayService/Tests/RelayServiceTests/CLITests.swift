@@ -32,6 +32,30 @@ func stash(_ arguments: [String]) throws -> (status: Int32, out: String, err: St
 
 extension RelayServiceTests {
     @Suite struct CLI {
+        /// `stash-relay serve` that cannot start says why in its last line and exits non-zero:
+        /// a URL that is not PostgreSQL's (2), a database that does not exist, a port in use (1).
+        @Test func serverStartFailuresSayWhatToDo() async throws {
+            let cluster = try SharedPostgres.current
+            let database = try cluster.createDatabase()
+            let scratch = Scratch()
+            func serve(_ arguments: [String]) throws -> (status: Int32, last: String) {
+                let output = scratch.sub("serve-\(UUID().uuidString.prefix(8)).log")
+                let status = waitFor(try spawn(RelayServerProcess.binary, ["serve"] + arguments, output: output))
+                let text = (try? String(contentsOfFile: output, encoding: .utf8)) ?? ""
+                return (status, text.split(separator: "\n").last.map(String.init) ?? "")
+            }
+            let url = try serve(["--postgres", "mysql://root@127.0.0.1/x", "--port", "1"])
+            #expect(url.status == 2)
+            #expect(url.last.hasPrefix("stash-relay: --postgres mysql://root@127.0.0.1/x is not a PostgreSQL URL"), "\(url.last)")
+            let missing = try serve(["--postgres", cluster.url("no_such_database"), "--port", String(try freePort())])
+            #expect(missing.status == 1)
+            #expect(missing.last.hasPrefix("stash-relay: cannot connect to PostgreSQL") && missing.last.contains("\"no_such_database\" does not exist"), "\(missing.last)")
+            let running = try RelayServerProcess(postgres: cluster.url(database))
+            let taken = try serve(["--postgres", cluster.url(database), "--port", String(running.port)])
+            #expect(taken.status == 1)
+            #expect(taken.last == "stash-relay: cannot listen on 127.0.0.1:\(running.port): the address is in use (another server?); choose another --port", "\(taken.last)")
+        }
+
         /// `stash sync DIR --server URL --family F --key-file K` syncs two stores through a
         /// server; `stash peers` shows the server's log position at the last fetch, and with
         /// `--server` asks the server where the store stands now. Without --key-file, or with
