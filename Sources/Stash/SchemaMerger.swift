@@ -7,10 +7,12 @@ import StashLMDB
 struct SchemaMerger {
     /// 1: dates stored and indexed as seconds since 1970, strings indexed as their bytes;
     /// 2: dates as seconds since 2001 (`Date`'s own representation: every `Date` reads back
-    /// equal), strings indexed in their canonical composition (NFC, as Swift compares them).
-    /// Records of format 1 still read; indexes that may hold dates or strings are rebuilt
-    /// once, at the first open of a format-1 store.
-    static let format: UInt64 = 2
+    /// equal), strings indexed in their canonical composition (NFC, as Swift compares them);
+    /// 3: every record and history entry carries a CRC-32C checksum, checked on read
+    /// (``RecordFormat``). Stores of formats 1 and 2 are upgraded at their first open for
+    /// writing: their records and history entries get a checksum (``ChecksumUpgrade``), and
+    /// a format-1 store's indexes that may hold dates or strings are rebuilt.
+    static let format: UInt64 = 3
     let path: String
     let txn: WriteTransaction
     let dbs: StoreDatabases
@@ -59,8 +61,12 @@ struct SchemaMerger {
             // A new store: persist the (empty) schema so generic tools see a valid store.
             try Self.saveSchema(stored, generation: generation, txn, dbs)
         }
-        if try txn.uint64(dbs.meta, key: MetaKey.format) ?? Self.format < 2 {
+        let format = try txn.uint64(dbs.meta, key: MetaKey.format) ?? Self.format
+        if format < 2 {
             try rebuildIndexesOfFormatOne(context)
+        }
+        if format < Self.format {
+            // The checksums were given before this transaction (``ChecksumUpgrade``).
             try txn.put(dbs.meta, key: MetaKey.format, uint64: Self.format)
         }
         try migrate(context, declaring: declaration.types)
