@@ -2,8 +2,9 @@ import Foundation
 import StashLMDB
 
 /// Gives the records and history entries of a store written before checksums (store format
-/// 2 or 1) their checksum (record format 2, history entry format 2), at its first open for
-/// writing, before anything else of the open.
+/// 2 or 1) their checksum (record format 2, history entry format 2), and its schema one
+/// (`meta` key `schemaChecksum`), at its first open for writing, before anything else of the
+/// open.
 ///
 /// The values are rewritten in batches of their own write transactions (a large store does
 /// not hold all of it in one transaction's dirty pages), each converting values still in
@@ -25,11 +26,12 @@ enum ChecksumUpgrade {
         guard let format, format < firstFormat else { return }
         try convert(env, dbs.records, phase: "checksums of records", total: totals.0, progress: progress, EncodedRecord.upgradingFormatOne)
         try convert(env, dbs.history, phase: "checksums of history entries", total: totals.1, progress: progress, HistoryEntry.upgradingFormatOne)
-        if format >= 2 {
-            try env.write { txn in
-                if try txn.uint64(dbs.meta, key: MetaKey.format) ?? 0 < firstFormat {
-                    try txn.put(dbs.meta, key: MetaKey.format, uint64: firstFormat)
-                }
+        try env.write { txn in
+            if let schema = try txn.get(dbs.meta, key: MetaKey.schema), try txn.get(dbs.meta, key: MetaKey.schemaChecksum) == nil {
+                try txn.put(dbs.meta, key: MetaKey.schemaChecksum, uint64: UInt64(Checksum.crc32c(schema)))
+            }
+            if format >= 2, try txn.uint64(dbs.meta, key: MetaKey.format) ?? 0 < firstFormat {
+                try txn.put(dbs.meta, key: MetaKey.format, uint64: firstFormat)
             }
         }
     }

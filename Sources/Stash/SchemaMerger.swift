@@ -32,6 +32,10 @@ struct SchemaMerger {
 
     static func loadSchema<T: TransactionReading>(_ txn: T, _ dbs: StoreDatabases, _ path: String) throws -> StoreSchema? {
         guard let bytes = try txn.get(dbs.meta, key: MetaKey.schema) else { return nil }
+        // Stores of format 3 keep the schema's checksum (older ones get it at their upgrade).
+        if let stored = try txn.uint64(dbs.meta, key: MetaKey.schemaChecksum), stored != UInt64(Checksum.crc32c(bytes)) {
+            throw StoreError(.corrupted, "store \(path): the stored schema does not match its checksum: the meta database is damaged; restore the store from a backup or a peer")
+        }
         let decoder = JSONDecoder()
         decoder.nonConformingFloatDecodingStrategy = .convertFromString(positiveInfinity: nonFinite.positive, negativeInfinity: nonFinite.negative, nan: nonFinite.nan)
         do { return try decoder.decode(StoreSchema.self, from: Data(bytes)) }
@@ -46,7 +50,9 @@ struct SchemaMerger {
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys]
         encoder.nonConformingFloatEncodingStrategy = .convertToString(positiveInfinity: nonFinite.positive, negativeInfinity: nonFinite.negative, nan: nonFinite.nan)
-        try txn.put(dbs.meta, key: MetaKey.schema, value: Array(try encoder.encode(schema)))
+        let bytes = Array(try encoder.encode(schema))
+        try txn.put(dbs.meta, key: MetaKey.schema, value: bytes)
+        try txn.put(dbs.meta, key: MetaKey.schemaChecksum, uint64: UInt64(Checksum.crc32c(bytes)))
         try txn.put(dbs.meta, key: MetaKey.schemaGeneration, uint64: generation)
     }
 
@@ -183,7 +189,7 @@ struct SchemaMerger {
 
     /// Stored form of the data file's identity: inode, birth seconds, birth nanoseconds (24
     /// bytes big-endian).
-    private static func encoded(_ identity: FileIdentity) -> [UInt8] {
+    static func encoded(_ identity: FileIdentity) -> [UInt8] {
         var key = KeyBytes()
         key.appendBigEndian(identity.inode)
         key.appendBigEndian(UInt64(bitPattern: identity.birthSeconds))
@@ -193,7 +199,7 @@ struct SchemaMerger {
 
     /// ``encoded(_:)`` read back; the 16-byte form of an earlier build (device, inode) gives
     /// its inode without a birth time.
-    private static func fileIdentity(decoding bytes: [UInt8]) -> FileIdentity {
+    static func fileIdentity(decoding bytes: [UInt8]) -> FileIdentity {
         func word(_ at: Int) -> UInt64 {
             guard bytes.count >= at + 8 else { return 0 }
             return bytes[at..<at + 8].reduce(UInt64(0)) { $0 << 8 | UInt64($1) }

@@ -280,6 +280,9 @@ public final class Store: Sendable {
         catch where error.code == .noSpace {
             throw StoreError(.noSpace, "cannot open store \(path): no space left on device: \(error)", underlying: error)
         }
+        catch where error.code == .damaged {
+            throw StoreError(.corrupted, "store \(path) is damaged: \(error.detail ?? "\(error)")", underlying: error)
+        }
         catch where error.code == .corrupted {
             throw StoreError(.corrupted, "cannot open store \(path): \(error)", underlying: error)
         }
@@ -494,7 +497,9 @@ func storageErrors<R>(_ path: String, _ body: () throws -> R) throws -> R {
             throw StoreError(.invalidValue, "store \(path): \(error.message(naming: error.path != path))", underlying: error)
         case .noSpace:
             throw StoreError(.noSpace, "store \(path): no space left on device: \(error.message(naming: error.path != path))", underlying: error)
-        case .corrupted, .pageNotFound:
+        case .inUse:
+            throw StoreError(.inUse, "store \(path): \(error.message(naming: error.path != path))", underlying: error)
+        case .corrupted, .pageNotFound, .damaged:
             throw StoreError(.corrupted, "store \(path) is damaged: \(error.message(naming: error.path != path))", underlying: error)
         default:
             throw StoreError(.storage, "store \(path): \(error.message(naming: error.path != path))", underlying: error)

@@ -51,6 +51,9 @@ public struct StoreError: Error, CustomStringConvertible, Sendable {
         /// the write was committed, and the store works again once space is freed.
         /// ``StoreError/underlying`` holds the ``LMDBError`` (``LMDBError/Code/noSpace``).
         public static let noSpace = Code("noSpace")
+        /// The operation needs the store to itself (compaction in place), and another process,
+        /// or a `Store` of this one, has it open.
+        public static let inUse = Code("inUse")
         /// A write was started inside another write on the same thread (it would wait for
         /// itself): a programming error, not a storage fault. Do the work in the outer
         /// write's transaction.

@@ -198,6 +198,7 @@ extension Store {
             run.counter.finish(.indexEntries)
         },
         VerificationPhase(database: "counts") { store, run, txn, _ in try store.verifyCountKeys(txn, &run) },
+        VerificationPhase(database: "meta") { store, run, txn, _ in try store.verifyMetaKeys(txn, &run) },
         VerificationPhase(database: "records") { store, run, txn, _ in try store.verifyRecordTags(txn, &run) },
         VerificationPhase(database: "versions") { store, run, txn, catalog in try store.verifyCarried(txn, catalog, &run) },
         VerificationPhase(database: "history") { store, run, txn, catalog in try store.verifyHistory(txn, catalog, &run) },
@@ -311,6 +312,28 @@ extension Store {
                 run.report.add("a stored count under type tag \(UInt16(key[0]) << 8 | UInt16(key[1])), unknown to the schema")
             }
             return true
+        }
+    }
+
+    /// The `meta` database holds the keys Stash writes, each fixed-width value of its size,
+    /// and those every store has. (Its values are not checksummed, except the schema's.)
+    private func verifyMetaKeys(_ txn: ReadTransaction, _ run: inout VerificationRun) throws {
+        var present = Set<[UInt8]>()
+        try walk(dbs.meta, txn, &run) { key, value, run in
+            let name = String(decoding: key.prefix(64), as: UTF8.self)
+            run.position = "meta key '\(name)'"
+            if let size = MetaKey.known[key] {
+                present.insert(key)
+                if let size, value.count != size {
+                    run.damage("meta value '\(name)' is \(value.count) bytes, not \(size): the meta database is damaged")
+                }
+            } else if !MetaKey.knownPrefixes.contains(where: { key.starts(with: $0) }) {
+                run.damage("meta holds a key no Stash writes ('\(name)', \(key.count) bytes): the meta database is damaged")
+            }
+            return true
+        }
+        for key in [MetaKey.format, MetaKey.storeID, MetaKey.siteID, MetaKey.schema, MetaKey.nextSequence] where !present.contains(key) {
+            run.damage("meta lacks '\(String(decoding: key, as: UTF8.self))', which every store has: the meta database is damaged")
         }
     }
 

@@ -856,6 +856,17 @@ public final class Environment: @unchecked Sendable {
         return FileIdentity(inode: inode, birth: seconds == 0 && nanoseconds == 0 ? nil : (seconds, nanoseconds))
     }
 
+    /// The identity of `data.mdb` in `directory` (see ``dataFileIdentity()``), read without
+    /// opening the environment; nil when there is none.
+    public static func dataFileIdentity(in directory: String) -> FileIdentity? {
+        let fd = Foundation.open((directory as NSString).appendingPathComponent("data.mdb"), O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { return nil }
+        defer { close(fd) }
+        var inode: UInt64 = 0, seconds: Int64 = 0, nanoseconds: UInt32 = 0
+        guard stash_file_identity(fd, &inode, &seconds, &nanoseconds) == 0 else { return nil }
+        return FileIdentity(inode: inode, birth: seconds == 0 && nanoseconds == 0 ? nil : (seconds, nanoseconds))
+    }
+
     /// Forces a flush to disk; useful after writes with ``Durability/relaxed`` or ``Durability/none``.
     /// A read-only environment has nothing of its own to flush: free.
     public func sync() throws(LMDBError) {

@@ -42,7 +42,7 @@ enum DataFileCheck {
     /// LMDB maps it: a page past the end of the file is a SIGBUS when read, so a file cut short
     /// (a copy that stopped, a disk that filled) must be refused here. A missing or empty file
     /// (a store being made) and a file that is no LMDB data are left to LMDB.
-    /// - Throws: ``LMDBError/Code/corrupted`` naming the file, its size and what it lacks.
+    /// - Throws: ``LMDBError/Code/damaged`` naming the file, its size and what it lacks.
     static func check(_ directory: String) throws(LMDBError) {
         let file = (directory as NSString).appendingPathComponent("data.mdb")
         let fd = open(file, O_RDONLY | O_CLOEXEC)
@@ -53,28 +53,28 @@ enum DataFileCheck {
         let size = Int(status.st_size)
         guard size > 0, let first = meta(fd, at: 0) else { return }
         func damaged(_ what: String) -> LMDBError {
-            LMDBError(code: .corrupted, operation: "open", path: directory,
-                      detail: "data.mdb (\(size) bytes) is damaged: \(what); restore the store from a backup (`stash backup`) or a peer; `stash verify` says no more of a file LMDB cannot open")
+            LMDBError(code: .damaged, operation: "open", path: directory,
+                      detail: "data.mdb (\(size) bytes) \(what); LMDB cannot read it as it is: restore the store from a backup or a peer")
         }
         let pageSize = first.pageSize
         guard pageSize >= 512, pageSize <= 65536, pageSize & (pageSize - 1) == 0 else {
-            throw damaged("its first meta page gives a page size of \(pageSize) bytes")
+            throw damaged("has a first meta page giving a page size of \(pageSize) bytes")
         }
         guard size >= 2 * pageSize else {
-            throw damaged("it is shorter than its two meta pages (\(2 * pageSize) bytes): the file was cut short")
+            throw damaged("is shorter than its two meta pages (\(2 * pageSize) bytes): the file was cut short")
         }
         guard let second = meta(fd, at: pageSize) else {
-            throw damaged("its second meta page (at byte \(pageSize)) is not one")
+            throw damaged("has no meta page where its second one belongs (at byte \(pageSize))")
         }
         let newest = second.transactionID > first.transactionID ? second : first
         let pages = UInt64(size / pageSize)
         guard newest.lastPage < pages else {
             let needed = newest.lastPage.multipliedReportingOverflow(by: UInt64(pageSize)).partialValue &+ UInt64(pageSize)
-            throw damaged("its meta page names \(newest.lastPage &+ 1) pages of \(pageSize) bytes (\(needed) bytes), but the file ends at \(size): the file was cut short")
+            throw damaged("was cut short: its meta page names \(newest.lastPage &+ 1) pages of \(pageSize) bytes (\(needed) bytes)")
         }
         let invalid = UInt64.max   // P_INVALID: an empty database
         for (name, root) in [("free-page", newest.freeRoot), ("main", newest.mainRoot)] where root != invalid && (root < 2 || root > newest.lastPage) {
-            throw damaged("its meta page puts the root of LMDB's \(name) database at page \(root), outside pages 2...\(newest.lastPage)")
+            throw damaged("has a meta page putting the root of LMDB's \(name) database at page \(root), outside pages 2...\(newest.lastPage)")
         }
     }
 }

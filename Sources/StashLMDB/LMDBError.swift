@@ -67,6 +67,9 @@ public struct LMDBError: Error, CustomStringConvertible, Sendable {
         /// Another process has the environment open, and the operation needs it to itself
         /// (compaction in place).
         public static let inUse = Code(rawValue: -40009)
+        /// Stash found the data file damaged where LMDB would read it without a check: a file
+        /// shorter than its meta pages say, a key or value running past its end.
+        public static let damaged = Code(rawValue: -40010)
 
         public var description: String {
             switch self {
@@ -80,6 +83,7 @@ public struct LMDBError: Error, CustomStringConvertible, Sendable {
             case .replaced: return "the data file was deleted or replaced while this process has the old one open"
             case .noSpace: return "no space left on device"
             case .inUse: return "the environment is open in another process"
+            case .damaged: return "the data file is damaged"
             default: return String(cString: mdb_strerror(rawValue))
             }
         }

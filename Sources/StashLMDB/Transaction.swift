@@ -25,7 +25,7 @@ public final class TransactionHandle {
     }
 
     private func outside(_ value: MDB_val, _ db: Database, _ path: String) -> LMDBError {
-        LMDBError(code: .corrupted, operation: "read \(db.name)", path: path,
+        LMDBError(code: .damaged, operation: "read \(db.name)", path: path,
                   detail: "LMDB gave a key or value of \(value.mv_size) bytes that runs past the end of data.mdb: the file is damaged; `stash verify \(path)` shows what it reaches, restore the store from a backup or a peer")
     }
 
