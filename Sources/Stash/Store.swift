@@ -278,7 +278,7 @@ public final class Store: Sendable {
                              underlying: error)
         }
         catch where error.code == .noSpace {
-            throw StoreError(.noSpace, "cannot open store \(path): no space left on device: \(error)", underlying: error)
+            throw StoreError(.noSpace, "cannot open store \(path): no space left on device (\(error.operation)): \(error.detail ?? "free some space, then try again")", underlying: error)
         }
         catch where error.code == .damaged {
             throw StoreError(.corrupted, "store \(path) is damaged: \(error.detail ?? "\(error)")", underlying: error)
@@ -496,7 +496,7 @@ func storageErrors<R>(_ path: String, _ body: () throws -> R) throws -> R {
         case .keyTooLong:
             throw StoreError(.invalidValue, "store \(path): \(error.message(naming: error.path != path))", underlying: error)
         case .noSpace:
-            throw StoreError(.noSpace, "store \(path): no space left on device: \(error.message(naming: error.path != path))", underlying: error)
+            throw StoreError(.noSpace, "store \(path): no space left on device (\(error.operation)\(error.path != path ? " in \(error.path)" : "")): \(error.detail ?? "free some space, then try again")", underlying: error)
         case .inUse:
             throw StoreError(.inUse, "store \(path): \(error.message(naming: error.path != path))", underlying: error)
         case .corrupted, .pageNotFound, .damaged:

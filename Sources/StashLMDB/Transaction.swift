@@ -24,7 +24,7 @@ public final class TransactionHandle {
         return Array(UnsafeRawBufferPointer(start: data, count: value.mv_size))
     }
 
-    private func outside(_ value: MDB_val, _ db: Database, _ path: String) -> LMDBError {
+    func outside(_ value: MDB_val, _ db: Database, _ path: String) -> LMDBError {
         LMDBError(code: .damaged, operation: "read \(db.name)", path: path,
                   detail: "LMDB gave a key or value of \(value.mv_size) bytes that runs past the end of data.mdb: the file is damaged; `stash verify \(path)` shows what it reaches, restore the store from a backup or a peer")
     }
@@ -98,7 +98,6 @@ public struct WriteTransaction: TransactionReading {
     public let path: String
 }
 
-
 /// Runs one LMDB call with `source` as an `MDB_val`; answers the call's status code.
 @inline(__always)
 func withVal(_ source: some ByteSource, _ body: (inout MDB_val) -> Int32) -> Int32 {
@@ -136,7 +135,7 @@ extension TransactionReading {
         if rc == MDB_NOTFOUND { return nil }
         try check(rc, "mdb_get \(db.name)", path)
         guard data.mv_size == 8, let raw = data.mv_data else { return nil }
-        guard handle.bounds.contains(raw, 8) else { _ = try handle.copy(data, db, path); return nil }
+        guard handle.bounds.contains(raw, 8) else { throw handle.outside(data, db, path) }
         return UInt64(littleEndian: raw.loadUnaligned(as: UInt64.self))
     }
 
