@@ -105,17 +105,23 @@ final class MapBounds: @unchecked Sendable {
         #if os(Linux)
         guard let text = try? String(contentsOfFile: "/proc/self/maps", encoding: .utf8) else { return }
         let inode = UInt64(status.st_ino)
-        var low = UInt.max, high: UInt = 0
+        // The device as the kernel prints it: major and minor in hex (glibc's encoding of dev_t).
+        let device = UInt64(status.st_dev)
+        let major = ((device >> 8) & 0xFFF) | ((device >> 32) & ~UInt64(0xFFF))
+        let minor = (device & 0xFF) | ((device >> 12) & ~UInt64(0xFF))
+        var found: [(UInt, UInt)] = []
         for line in text.split(separator: "\n") {
-            // "start-end perms offset dev inode path"
+            // "start-end perms offset major:minor inode path"
             let fields = line.split(separator: " ", maxSplits: 5, omittingEmptySubsequences: true)
-            guard fields.count >= 6, UInt64(fields[4]) == inode, fields[5].hasSuffix("data.mdb") else { continue }
+            guard fields.count >= 6, UInt64(fields[4]) == inode, UInt64(fields[2], radix: 16) == 0 else { continue }
+            let numbers = fields[3].split(separator: ":")
+            guard numbers.count == 2, UInt64(numbers[0], radix: 16) == major, UInt64(numbers[1], radix: 16) == minor else { continue }
             let range = fields[0].split(separator: "-")
-            guard range.count == 2, let a = UInt(range[0], radix: 16), let b = UInt(range[1], radix: 16) else { continue }
-            low = min(low, a)
-            high = max(high, b)
+            guard range.count == 2, let a = UInt(range[0], radix: 16), let b = UInt(range[1], radix: 16), a < b else { continue }
+            found.append((a, b))
         }
-        guard low < high else {
+        // One map of the file at offset 0, as LMDB makes it; anything else is not checked.
+        guard found.count == 1, let (low, high) = found.first else {
             start.store(0, ordering: .relaxed)
             return
         }

@@ -69,6 +69,27 @@ import StashTestSupport
         #expect(try env.read { txn in try txn.statistics(try env.database("main")).entries } == 400)
     }
 
+    /// A node whose data size was damaged (2 GiB where 200 bytes are): LMDB hands the size out
+    /// as it is, and copying it read past the file and the map (SIGSEGV). The value is checked
+    /// to lie in the file first: `damaged`, naming the database, for a get and for a scan.
+    @Test func aValueRunningPastTheFileIsRefusedBeforeItIsCopied() throws {
+        let dir = TemporaryDirectory()
+        try Self.makeEnvironment(dir.path)
+        var file = try DataFile(store: dir.path)
+        let victim = id16(123)
+        let node = try #require((2..<file.pageCount).lazy.flatMap { file.nodes(ofPage: $0) }.first { $0.key == victim && $0.dataSize == 200 })
+        file.setU16(0xFFFF, at: node.offset)       // mn_lo
+        file.setU16(0x7FFF, at: node.offset + 2)   // mn_hi
+        try file.write()
+        let env = try openEnvironment(dir.path)
+        let main = try env.database("main")
+        let error = thrownError { _ = try env.read { txn in try txn.get(main, key: victim) } } as? LMDBError
+        #expect(error?.code == .damaged && error?.operation == "read main" && error?.detail?.contains("2147483647 bytes") == true, "\(String(describing: error))")
+        let scanned = thrownError { try env.read { txn in try txn.scan(main, from: ScanStart<[UInt8]>.first) { _, _ in true } } } as? LMDBError
+        #expect(scanned?.code == .damaged, "\(String(describing: scanned))")
+        #expect(try env.read { txn in try txn.get(main, key: id16(122)) }?.count == 200, "the other values read")
+    }
+
     /// On a full file system, making an environment died of SIGBUS inside liblmdb (the lock
     /// file it maps had no blocks) and left `lock.mdb` behind. Now: `noSpace` naming the path,
     /// nothing left; and a commit that does not fit is `noSpace`, not "Input/output error",
