@@ -24,7 +24,9 @@ let package = Package(
         ),
         // A file's inode and birth time (statx on Linux), for telling a store from its copy.
         .systemLibrary(name: "CFileIdentity", path: "CShims/CFileIdentity"),
-        .target(name: "StashLMDB", dependencies: ["CLMDB", "CFileIdentity"]),
+        // CRC-32C (with the processor's instruction) and reserving a file's blocks (fallocate).
+        .systemLibrary(name: "CStashShims", path: "CShims/CStashShims"),
+        .target(name: "StashLMDB", dependencies: ["CLMDB", "CFileIdentity", "CStashShims"]),
         // Naming a thread for the OS (prctl on Linux), for the threads the library starts.
         .systemLibrary(name: "CThreadName", path: "CShims/CThreadName"),
         .target(name: "Stash", dependencies: ["StashLMDB", "CThreadName"]),

@@ -439,7 +439,7 @@ final class RecordDecoder: Decoder {
         fieldCount = try EncodedRecord.fieldCount(&reader)
         unread = fieldCount
         next = reader.offset
-        if !inOrder { table = try EncodedRecord(bytes) }
+        if !inOrder { table = try EncodedRecord(bytes, checkingSum: false) }
     }
 
     /// The tag of the next field in order (`unread` > 0).
@@ -500,7 +500,7 @@ final class RecordDecoder: Decoder {
                     }
                 }
             }
-            table = try EncodedRecord(bytes)
+            table = try EncodedRecord(bytes, checkingSum: false)
         }
         return table!.range(of: tag, hint: slot)
     }
@@ -517,7 +517,7 @@ final class RecordDecoder: Decoder {
     /// The record's field table, parsed now if the fields were read in order so far.
     func fieldTable() throws -> EncodedRecord {
         if let table { return table }
-        let parsed = try EncodedRecord(bytes)
+        let parsed = try EncodedRecord(bytes, checkingSum: false)
         table = parsed
         return parsed
     }

@@ -242,6 +242,20 @@ public final class Store: Sendable {
                 throw StoreError(.notAStore, "no store in \(path) (\(dataSize == nil ? "no data.mdb" : "its data.mdb is empty")); create one with `stash init \(path) --schema FILE`; nothing was changed")
             }
         }
+        // An open that fails while making the store leaves nothing behind (a full disk, say):
+        // no half-made store, no stray lock file (``Environment/removeUnfinished(at:removingDirectory:)``
+        // removes nothing another open uses).
+        let creating = !options.readOnly && (dataSize ?? 0) == 0
+        do {
+            return try openEnvironment(at: path, declaration: declaration, options: options, recordTypes: recordTypes)
+        } catch {
+            if creating { Environment.removeUnfinished(at: path, removingDirectory: !exists) }
+            throw error
+        }
+    }
+
+    private static func openEnvironment(at path: String, declaration: SchemaDeclaration, options: StoreOptions,
+                                        recordTypes: [String: any Record.Type]) throws -> Store {
         var config = EnvironmentConfiguration(databases: StoreDatabases.specs, durability: options.durability)
         config.initialMapSize = options.initialMapSize
         config.maxReaders = options.maxReaders
@@ -263,12 +277,22 @@ public final class Store: Sendable {
             throw StoreError(.readOnly, "store \(path) lacks a database this version of Stash keeps and cannot be read read-only; open it once for writing: \(error)",
                              underlying: error)
         }
+        catch where error.code == .noSpace {
+            throw StoreError(.noSpace, "cannot open store \(path): no space left on device (\(error.operation)): \(error.detail ?? "free some space, then try again")", underlying: error)
+        }
+        catch where error.code == .damaged {
+            throw StoreError(.corrupted, "store \(path) is damaged: \(error.detail ?? "\(error)")", underlying: error)
+        }
+        catch where error.code == .corrupted {
+            throw StoreError(.corrupted, "cannot open store \(path): \(error)", underlying: error)
+        }
         catch { throw StoreError(.storage, "cannot open store \(path): \(error)", underlying: error) }
         let dbs: StoreDatabases
         do { dbs = try StoreDatabases(env) }
         catch { throw StoreError(.storage, "cannot open store \(path): \(error)", underlying: error) }
         let opened = try storageErrors(env.path) {
             if options.readOnly { return try env.read { txn in try SchemaMerger.inspect(txn, dbs, env.path, migrations: options.migrations) } }
+            try ChecksumUpgrade.runIfNeeded(env, dbs, progress: options.progress)
             let dataFile = try env.dataFileIdentity()
             return try env.write { txn in
                 try SchemaMerger(path: env.path, txn: txn, dbs: dbs, options: options, dataFile: dataFile).run(declaration)
@@ -460,7 +484,8 @@ public struct StoreStatistics: Sendable, Codable {
 
 /// Wraps LMDB errors into ``StoreError/Code/storage`` with the store path (a nested write
 /// into `.nestedWrite`, a key over LMDB's limit into `.invalidValue`: the caller's doing, not
-/// the disk's); lets ``StoreError`` and everything else through unchanged.
+/// the disk's; a full file system into `.noSpace`; damage LMDB or StashLMDB found into
+/// `.corrupted`); lets ``StoreError`` and everything else through unchanged.
 func storageErrors<R>(_ path: String, _ body: () throws -> R) throws -> R {
     do {
         return try body()
@@ -470,6 +495,12 @@ func storageErrors<R>(_ path: String, _ body: () throws -> R) throws -> R {
             throw StoreError(.nestedWrite, "store \(path): a nested write (started inside another write on this thread, it would wait for itself); do the work in the outer write's transaction", underlying: error)
         case .keyTooLong:
             throw StoreError(.invalidValue, "store \(path): \(error.message(naming: error.path != path))", underlying: error)
+        case .noSpace:
+            throw StoreError(.noSpace, "store \(path): no space left on device (\(error.operation)\(error.path != path ? " in \(error.path)" : "")): \(error.detail ?? "free some space, then try again")", underlying: error)
+        case .inUse:
+            throw StoreError(.inUse, "store \(path): \(error.message(naming: error.path != path))", underlying: error)
+        case .corrupted, .pageNotFound, .damaged:
+            throw StoreError(.corrupted, "store \(path) is damaged: \(error.message(naming: error.path != path))", underlying: error)
         default:
             throw StoreError(.storage, "store \(path): \(error.message(naming: error.path != path))", underlying: error)
         }

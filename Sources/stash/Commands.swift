@@ -62,9 +62,11 @@ struct Init: ParsableCommand {
     /// declared fields, so the index would stay empty). A type or field twice `Store.open`
     /// refuses, before it makes any file.
     private func check(_ declaration: SchemaDeclaration, stored: StoreSchema?) throws {
+        // By name once: a lookup per declared type in the list would make thousands of types quadratic.
+        let storedTypes = Dictionary((stored?.types ?? []).map { ($0.name, $0) }, uniquingKeysWith: { first, _ in first })
         for type in declaration.types {
             guard !type.name.isEmpty else { throw CommandFailure(message: "schema file \(schema): a type has an empty name") }
-            var fields: Set<String> = Set(stored?.type(named: type.name)?.fields.map(\.name) ?? [])
+            var fields: Set<String> = Set(storedTypes[type.name]?.fields.map(\.name) ?? [])
             for field in type.fields {
                 guard !field.name.isEmpty, field.name != "id" else {
                     throw CommandFailure(message: "schema file \(schema): \(type.name) has a field named \"\(field.name)\"; \(field.name.isEmpty ? "give it a name" : "\"id\" is the record id, every record has it")")
