@@ -61,6 +61,8 @@ public struct LMDBError: Error, CustomStringConvertible, Sendable {
         /// The directory's data file was deleted or replaced while this process still has the
         /// environment of the old one open: an open would share that, not the files now there.
         public static let replaced = Code(rawValue: -40008)
+        /// The environment was closed (``Environment/closeUnused()``, through `Store.close()`).
+        public static let closed = Code(rawValue: -40009)
 
         public var description: String {
             switch self {
@@ -72,6 +74,7 @@ public struct LMDBError: Error, CustomStringConvertible, Sendable {
             case .readOnly: return "the environment is open read-only"
             case .mapLost: return "the map was lost in a failed resize"
             case .replaced: return "the data file was deleted or replaced while this process has the old one open"
+            case .closed: return "the environment was closed"
             default: return String(cString: mdb_strerror(rawValue))
             }
         }
