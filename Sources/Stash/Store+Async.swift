@@ -30,6 +30,7 @@ extension Store {
     /// microseconds, on top of the write itself; see BENCHMARKS.md.
     /// - Throws: what `body` throws; ``StoreError`` as the synchronous write does;
     ///   `.closed` when the store was closed before the call; `CancellationError`.
+    @discardableResult
     public func write<R: Sendable>(author: String? = nil,
                                    _ body: @escaping @Sendable (StoreTransaction) throws -> R) async throws -> R {
         try await offload { store, call in
