@@ -1207,7 +1207,8 @@ public final class SyncEngine: Sendable {
         return report
     }
 
-    /// Syncs every `interval` until the task is cancelled; errors are kept in ``status(peer:)``.
+    /// Syncs every `interval` until the task is cancelled, or the store is closed
+    /// (`Store.close()`, seen at the next round); errors are kept in ``status(peer:)``.
     ///
     /// The syncs run on a thread of their own: a sync blocks (on the store's write lock while
     /// another process writes, on the disk, on a slow relay folder), and on a thread of Swift's
@@ -1217,7 +1218,7 @@ public final class SyncEngine: Sendable {
         let loop = BackgroundSyncLoop()
         let thread = Thread { [self] in
             nameThisThread("stash.sync")
-            while !loop.isCancelled {
+            while !loop.isCancelled && !store.isClosed {   // a closed store ends it (issue 41)
                 _ = try? self.sync(via: transport)
                 loop.pause(for: interval)
             }
