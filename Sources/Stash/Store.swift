@@ -268,7 +268,9 @@ public final class Store: Sendable {
         }
         catch { throw StoreError(.storage, "cannot open store \(path): \(error)", underlying: error) }
         // A handle for this store, given back at `close()` or when it goes away. An
-        // environment closing just now (its last store was closed) is opened anew.
+        // environment closing just now (its last store was closed) is opened anew: the open
+        // then waits for the close (the window in which the closing one is still handed out is
+        // a few instructions long, so this recursion is shallow).
         guard env.retainHandle() else {
             sched_yield()
             return try open(at: path, declaration: declaration, options: options, recordTypes: recordTypes)
