@@ -53,6 +53,15 @@ struct Picture: Record, Equatable {
         var description: String { rawValue }
     }
 
+    /// Two devices of one family in `dir`, and a relay directory.
+    private func pair(in dir: TemporaryDirectory) throws -> (Device, Device, URL) {
+        let family = RecordID()
+        let relay = dir.url.appendingPathComponent("relay")
+        try FileManager.default.createDirectory(at: relay, withIntermediateDirectories: true)
+        return (try Device.open(dir.sub("a"), family: family, types: Self.types),
+                try Device.open(dir.sub("b"), family: family, types: Self.types), relay)
+    }
+
     /// Brings `deleter` and `adder` together the `way` given, until both hold everything.
     private func exchange(_ deleter: Device, _ adder: Device, _ way: Way, relay: URL) throws {
         switch way {
@@ -95,11 +104,7 @@ struct Picture: Record, Equatable {
     /// the exchanges.
     @Test(arguments: Way.allCases) func aParentDeletedWhileAChildIsAddedElsewhereLeavesNoOrphan(way: Way) throws {
         let dir = TemporaryDirectory()
-        let family = RecordID()
-        let relay = dir.url.appendingPathComponent("relay")
-        try FileManager.default.createDirectory(at: relay, withIntermediateDirectories: true)
-        let deleter = try Device.open(dir.sub("deleter"), family: family, types: Self.types)
-        let adder = try Device.open(dir.sub("adder"), family: family, types: Self.types)
+        let (deleter, adder, relay) = try pair(in: dir)
         let flat = Dwelling(name: "Flat"), barn = Dwelling(name: "Barn")
         let kept = Belonging(dwellingID: flat.id, name: "Lamp")
         try deleter.store.write { tx in
@@ -137,11 +142,7 @@ struct Picture: Record, Equatable {
     @Test(arguments: [Way.directFromDeleter, .relayDeleterFirst, .relayAdderFirst])
     func theChildrenOfARecordRemovedForAUniqueClashMoveToTheOneKept(way: Way) throws {
         let dir = TemporaryDirectory()
-        let family = RecordID()
-        let relay = dir.url.appendingPathComponent("relay")
-        try FileManager.default.createDirectory(at: relay, withIntermediateDirectories: true)
-        let a = try Device.open(dir.sub("a"), family: family, types: Self.types)
-        let b = try Device.open(dir.sub("b"), family: family, types: Self.types)
+        let (a, b, relay) = try pair(in: dir)
         let first = Dwelling(name: "Flat"), second = Dwelling(name: "Flat")
         let (small, large) = first.id < second.id ? (first, second) : (second, first)
         try a.store.write { tx in

@@ -108,16 +108,7 @@ import StashTestSupport
         let home = Home(name: "h")
         try await store.write { tx in try tx.insert(home) }
         let done = DoneFlag()
-        let heartbeat = Task { @MainActor in
-            var longest = Duration.zero
-            let clock = ContinuousClock()
-            while !done.isSet {
-                let start = clock.now
-                try? await Task.sleep(for: .milliseconds(1))
-                longest = max(longest, clock.now - start - .milliseconds(1))
-            }
-            return longest
-        }
+        let heartbeat = Task { @MainActor in await beat(until: done, isolation: MainActor.shared) }
         try await withThrowingTaskGroup(of: Void.self) { group in
             for t in 0..<writers {
                 group.addTask {
