@@ -283,7 +283,7 @@ public final class Environment: @unchecked Sendable {
     }
 
     deinit {
-        // Closed already (``closeUnused()``): the handle is gone and the registry entry too.
+        // Closed already (``releaseHandle()``): the handle is gone and the registry entry too.
         if lifecycle.isClosed { return }
         pool.drain()
         EnvironmentRegistry.shared.close(path) { mdb_env_close(env) }
@@ -1013,6 +1013,8 @@ final class ReaderPool: @unchecked Sendable {
     private let lock = NSLock()
     /// Under `lock` only: no runtime exclusivity check.
     @exclusivity(unchecked) private var idle: [TransactionHandle] = []
+    /// Under `lock` only: set by ``close()``.
+    @exclusivity(unchecked) private var closed = false
     /// How many idle handles (each keeping its reader slot) the pool keeps at most.
     let capacity: Int
 
@@ -1029,6 +1031,12 @@ final class ReaderPool: @unchecked Sendable {
 
     func give(_ handle: TransactionHandle) {
         lock.lock()
+        if closed {
+            // The environment is closed: its transactions must not be touched (an abort would
+            // reach freed memory). Dropped; LMDB freed their reader slots with it.
+            lock.unlock()
+            return
+        }
         if idle.count < capacity {
             idle.append(handle)
             lock.unlock()
@@ -1044,6 +1052,15 @@ final class ReaderPool: @unchecked Sendable {
         idle.removeAll()
         lock.unlock()
         for handle in all { handle.release() }
+    }
+
+    /// Drains the pool for good, before the environment closes: handles given back later
+    /// are dropped unreleased (see ``give(_:)``).
+    func close() {
+        drain()
+        lock.lock()
+        closed = true
+        lock.unlock()
     }
 }
 
@@ -1098,7 +1115,7 @@ final class EnvironmentRegistry: @unchecked Sendable {
         condition.unlock()
     }
 
-    /// Closes `environment` while references to it remain (``Environment/closeUnused()``):
+    /// Closes `environment` while references to it remain (``Environment/releaseHandle()``):
     /// opens of its path wait from now until `body` (the close) has run, then open anew.
     func closeEarly(_ environment: Environment, _ body: () -> Void) {
         condition.lock()

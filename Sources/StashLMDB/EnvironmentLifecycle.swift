@@ -75,7 +75,7 @@ extension Environment {
             // wait meanwhile, and find it closed. Not this thread's own: checked above.
             _ = try? gate.exclusive(whileWaiting: { _ in }) { () throws(LMDBError) in
                 lifecycle.markClosed()
-                pool.drain()
+                pool.close()
                 mdb_env_close(env)
             }
         }

@@ -61,7 +61,7 @@ public struct LMDBError: Error, CustomStringConvertible, Sendable {
         /// The directory's data file was deleted or replaced while this process still has the
         /// environment of the old one open: an open would share that, not the files now there.
         public static let replaced = Code(rawValue: -40008)
-        /// The environment was closed (``Environment/closeUnused()``, through `Store.close()`).
+        /// The environment was closed (``Environment/releaseHandle()``, through `Store.close()`).
         public static let closed = Code(rawValue: -40009)
 
         public var description: String {
