@@ -337,7 +337,8 @@ public final class Store: Sendable {
     /// the caller's, and an actor-isolated closure runs on its actor. (A caller outside any
     /// task, a plain `Thread` or a Dispatch queue, may have its closure run on another
     /// writer's thread: it must not rely on thread-local state.) The call returns once its
-    /// changes are durable (at the store's ``Durability``).
+    /// changes are durable (at the store's ``Durability``). In an `async` function Swift picks
+    /// the async `write`, which needs `await`; pass `isolation: #isolation` to block there.
     /// - Parameters:
     ///   - author: recorded in the history entry (like Core Data's transaction author).
     ///   - isolation: the caller's actor, filled in by the compiler.
@@ -377,7 +378,12 @@ public final class Store: Sendable {
     /// Keep writes out of `body`: a write started inside a read works until the map must grow,
     /// and then throws ``StoreError`` (`.storage`, `MDB_MAP_FULL`) instead of growing it, since
     /// the growth waits for every transaction of the process to end, this read included.
-    public func read<R>(_ body: (StoreSnapshot) throws -> R) throws -> R {
+    ///
+    /// In an `async` function Swift picks the async `read`, which needs `await`; pass
+    /// `isolation: #isolation` to run this synchronous one there (on a thread meant to block,
+    /// say). The same goes for ``write(author:isolation:_:)``.
+    /// - Parameter isolation: the caller's actor, filled in by the compiler.
+    public func read<R>(isolation: isolated (any Actor)? = #isolation, _ body: (StoreSnapshot) throws -> R) throws -> R {
         try checkOpen()
         return try performRead(body)
     }

@@ -655,7 +655,8 @@ final class WriteContext: FieldTagResolver {
         let all = [state.incarnation, state.tombstone].compactMap { $0 } + state.fields.values.map(\.version)
         var newest: [RecordID: UInt64] = [:]
         for version in all where version.clock > limit { newest[version.site] = max(newest[version.site] ?? 0, version.clock) }
-        let arrival = clockReading(now())
+        // Now, as this store's hybrid clock reads it: after everything it has written or seen.
+        let arrival = max(clockReading(now()), (try storedClock()) &+ 1)
         // The source's clock when it made the delta, against ours now: how far it runs ahead
         // (less the time the delta took to arrive).
         if let sentAt, sentAt.timeIntervalSince1970.isFinite, newest[origin] != nil {

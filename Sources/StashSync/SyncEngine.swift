@@ -117,12 +117,16 @@ public struct SyncReport: Sendable, CustomStringConvertible {
     public var refused: [String] = []
     /// The peer had fallen behind purged history and got a full-state snapshot.
     public var sentFullSnapshot = false
+    /// The record states of the checkpoint this sync published (``SyncEngine/publishCheckpoint(via:)``),
+    /// or nil when none was due.
+    public var checkpointEntries: Int?
     /// The peer needed a reset (it fell behind purged history): same as ``sentFullSnapshot``.
     public var resetRequired: Bool { sentFullSnapshot }
 
     public var description: String {
         var text = "sent \(sentEntries) record states, received \(receivedEntries) (\(changedHere) changed here)"
         if sentFullSnapshot { text += "; peer was behind purged history: sent a full snapshot (resetRequired)" }
+        if let checkpointEntries { text += "; published a checkpoint of \(checkpointEntries) record states" }
         if !uniqueClashes.isEmpty { text += "; deleted for a unique value another record holds: \(uniqueClashes.map(\.description).joined(separator: "; "))" }
         if !uniqueClashesAtPeer.isEmpty { text += "; the peer deleted for a unique value another record holds: \(uniqueClashesAtPeer.map(\.description).joined(separator: "; "))" }
         if !parked.isEmpty { text += "; parked until the schema catches up: \(parked.joined(separator: ", "))" }
@@ -155,6 +159,9 @@ public struct SyncStatus: Sendable, CustomStringConvertible {
     /// why, as the peer says at the last sync with it (``SyncTransport/parkedAtPeer(for:)``);
     /// for the store's status, at any peer. Those changes have not arrived there.
     public let parkedAtPeer: [String]
+    /// True for a relay's status when the family has no sync key: what the store leaves on the
+    /// relay is neither encrypted nor authenticated.
+    public var relayUnencrypted = false
     /// Enabled, nothing pending, nothing parked on either side and no error: the only state
     /// in which to show "synced".
     public var isUpToDate: Bool { enabled && pendingOutgoing == 0 && lastError == nil && parkedHere.isEmpty && parkedAtPeer.isEmpty }
@@ -175,8 +182,9 @@ public struct SyncStatus: Sendable, CustomStringConvertible {
         if let lastError { parts.append("error: \(lastError)") }
         if !parkedHere.isEmpty { parts.append("\(parkedHere.count) delta(s) parked here until this schema can merge them: \(parkedHere.joined(separator: "; "))") }
         if !parkedAtPeer.isEmpty { parts.append("\(parkedAtPeer.count) delta(s) of this store parked at the peer: \(parkedAtPeer.joined(separator: "; "))") }
-        if parts.isEmpty { return pendingOutgoing == 0 ? "up to date" : "\(pendingOutgoing) changes pending" }
-        return parts.joined(separator: "; ") + "; \(pendingOutgoing) changes pending"
+        let unencrypted = relayUnencrypted ? "; relay files unencrypted (the family has no sync key)" : ""
+        if parts.isEmpty { return (pendingOutgoing == 0 ? "up to date" : "\(pendingOutgoing) changes pending") + unencrypted }
+        return parts.joined(separator: "; ") + "; \(pendingOutgoing) changes pending" + unencrypted
     }
 }
 
@@ -204,7 +212,13 @@ public final class SyncEngine: Sendable {
     /// preference at open). When false, sends, fetches and ``apply(_:name:)`` throw `.disabled`.
     public let isEnabled: Bool
     let key: SyncKey?
+    /// What the family's key derives for relays (nil for a family without a key: relay files
+    /// go unencrypted).
+    let familyKeys: FamilyKeys?
     let progress: (@Sendable (SyncProgress) -> Void)?
+
+    /// Whether what this engine leaves on a relay is encrypted (its family has a key).
+    public var encryptsRelayFiles: Bool { familyKeys != nil }
 
     static let familyKey = "sync.family"
     static let lastSuccessKey = "sync.lastSuccess"
@@ -248,6 +262,8 @@ public final class SyncEngine: Sendable {
             family = have
         }
         adoptsFamily = stored == nil
+        let chosenFamily = family
+        familyKeys = configuration.key.map { FamilyKeys(key: $0, family: chosenFamily) }
         let remembered = try store.metadata(for: Self.keyFingerprintKey).map { String(decoding: $0, as: UTF8.self) }
         switch (remembered, configuration.key) {
         case (let known?, nil):
@@ -389,16 +405,16 @@ public final class SyncEngine: Sendable {
     /// ``askForEverythingIfTypesTurnedSynced(_:)`` that were not asked through its kind yet.
     /// (``RelayTransport`` asks again by itself when a request went unanswered and no snapshot
     /// it could apply is on the relay: see ``wantsFullSnapshot(from:)``.)
-    private func requestWantedFullSnapshots(via transport: some SyncTransport) throws {
+    private func requestWantedFullSnapshots(via transport: some SyncTransport) async throws {
         let kind = transport.peer == nil ? "relay" : "direct"
-        let wanted = try store.read { try Self.fullSnapshotsWanted(in: $0) }
+        let wanted = try store.read(isolation: #isolation) { try Self.fullSnapshotsWanted(in: $0) }
         let toAsk = wanted.filter { !$0.value.contains(kind) }.keys.sorted()
         guard !toAsk.isEmpty else { return }
         for source in toAsk {
             guard let site = RecordID(string: source), site != self.site else { continue }
-            try transport.requestFullSnapshot(from: site, for: self)
+            try await transport.requestFullSnapshot(from: site, for: self)
         }
-        try store.write(author: "sync") { tx in
+        try store.write(author: "sync", isolation: #isolation) { tx in
             var current = try Self.fullSnapshotsWanted(in: tx)
             for source in toAsk where current[source] != nil { current[source]!.insert(kind) }
             try Self.saveFullSnapshotsWanted(current, in: tx)
@@ -625,7 +641,10 @@ public final class SyncEngine: Sendable {
     /// ``apply(_:name:)``; `parking`: whether a delta that does not fit yet is parked;
     /// `relay`: the watermark name of the relay directory the delta was fetched through, if
     /// it was (its changes are then not sent back there: see ``arrivedThrough(_:in:)``).
-    func apply(_ data: Data, name: String, parking: Bool, arrivingThrough relay: String? = nil) throws -> ApplyOutcome {
+    /// `coverage`: for a checkpoint, how far of each source's history it holds (the watermarks
+    /// of those sources move there in the same transaction).
+    func apply(_ data: Data, name: String, parking: Bool, arrivingThrough relay: String? = nil,
+               coverage: [RecordID: UInt64] = [:]) throws -> ApplyOutcome {
         guard isEnabled else {
             throw SyncError(.disabled, "sync is off for store \(store.path); it was kept local (turn the preference on and reopen)")
         }
@@ -753,7 +772,7 @@ public final class SyncEngine: Sendable {
                         // replica; the rest of the delta applies.
                     }
                     merged += 1
-                    if merged % 10_000 == 0 { report("import", merged, entryCount) }
+                    if merged % 10_000 == 0 { report(coverage.isEmpty ? "import" : "restore", merged, entryCount) }
                 }
             }
             if streaming, let stream {
@@ -796,6 +815,14 @@ public final class SyncEngine: Sendable {
             watermark.receivedThrough = max(watermark.receivedThrough, delta.to)
             watermark.lastReceived = store.clock()
             try watermark.save(in: tx)
+            // A checkpoint holds the other sources' history it covers: it counts as received.
+            for (covered, through) in coverage where covered != site && covered != delta.source {
+                var other = try PeerWatermark.load(covered.description, in: tx)
+                guard through > other.receivedThrough else { continue }
+                other.receivedThrough = through
+                other.lastReceived = store.clock()
+                try other.save(in: tx)
+            }
             if delta.isFullSnapshot { try Self.fullSnapshotArrived(from: delta.source, in: tx) }
             return .success(.applied(entries: entryCount, changed: changed, uniqueClashes: clashes))
           }
@@ -923,12 +950,13 @@ public final class SyncEngine: Sendable {
     ///   delta still parked) holds back the later parked deltas of its own source only.
     @discardableResult
     public func retryParked() throws -> Int {
-        try retryParked(onGap: { _ in })
+        var gaps: [RecordID] = []
+        return try retryParked(gaps: &gaps)
     }
 
-    /// ``retryParked()``; `onGap` is called with each source whose oldest parked delta has a gap
-    /// before it (a full snapshot of that source is what can fill it).
-    func retryParked(onGap: (RecordID) throws -> Void) throws -> Int {
+    /// ``retryParked()``; `gaps` gets each source whose oldest parked delta has a gap before it
+    /// (a full snapshot of that source is what can fill it).
+    func retryParked(gaps: inout [RecordID]) throws -> Int {
         let files = (try? FileManager.default.contentsOfDirectory(at: parkedDirectory, includingPropertiesForKeys: nil)) ?? []
         var applied = 0
         var blocked = Set<Substring>()
@@ -947,7 +975,7 @@ public final class SyncEngine: Sendable {
                 }
             } catch let error as SyncError where error.code == .gap {
                 blocked.insert(source)
-                if let site = RecordID(string: String(source)) { try onGap(site) }
+                if let site = RecordID(string: String(source)) { gaps.append(site) }
                 if firstError == nil { firstError = error }
             } catch {
                 blocked.insert(source)
@@ -978,9 +1006,9 @@ public final class SyncEngine: Sendable {
 
     /// Keeps what the other end of `transport` says it holds parked of this store's deltas,
     /// for ``status(peer:)``; nothing when it cannot say.
-    private func noteParkedAtPeer(via transport: some SyncTransport) throws {
-        guard let parked = try transport.parkedAtPeer(for: self) else { return }
-        let key = Self.parkedAtPeerKey + "." + (try transport.watermarkSite(for: self))
+    private func noteParkedAtPeer(via transport: some SyncTransport) async throws {
+        guard let parked = try await transport.parkedAtPeer(for: self) else { return }
+        let key = Self.parkedAtPeerKey + "." + (try await transport.watermarkSite(for: self))
         let value = parked.isEmpty ? nil : Array(try JSONEncoder().encode(parked))
         guard try store.metadata(for: key) != value else { return }
         try store.setMetadata(value, for: key)
@@ -997,22 +1025,22 @@ public final class SyncEngine: Sendable {
     /// unless the transport took the delta; a failing transport leaves everything pending.
     /// - Returns: the number of record states sent, and whether they went as a full snapshot.
     @discardableResult
-    public func sendChanges(via transport: some SyncTransport) throws -> (entries: Int, fullSnapshot: Bool) {
-        let sent = try send(via: transport)
+    public func sendChanges(via transport: some SyncTransport) async throws -> (entries: Int, fullSnapshot: Bool) {
+        let sent = try await send(via: transport)
         return (sent.entries, sent.fullSnapshot)
     }
 
     /// ``sendChanges(via:)``, with the clashes the peer settled while merging what was sent
     /// (``SyncReport/uniqueClashesAtPeer``).
-    private func send(via transport: some SyncTransport) throws -> (entries: Int, fullSnapshot: Bool, clashesAtPeer: [UniqueClash]) {
-        try recordingOutcome(via: transport) {
+    private func send(via transport: some SyncTransport) async throws -> (entries: Int, fullSnapshot: Bool, clashesAtPeer: [UniqueClash]) {
+        try await recordingOutcome(via: transport) {
             guard isEnabled else { throw SyncError(.disabled, "sync is off for store \(store.path); changes stay local") }
-            try checkKey("sending to \(try transport.watermarkSite(for: self))")
+            try checkKey("sending to \(try await transport.watermarkSite(for: self))")
             guard try !store.isNewSiteRequested() else {
                 throw SyncError(.siteReused, "store \(store.path) was found to share its site \(site) with another replica; it takes a new site at its next open: reopen it, then sync")
             }
-            let name = try transport.watermarkSite(for: self)
-            let requested = try transport.fullSnapshotRequested(by: self)
+            let name = try await transport.watermarkSite(for: self)
+            let requested = try await transport.fullSnapshotRequested(by: self)
             let delta = try makeDelta(for: transport.peer, watermark: name, fullSnapshot: requested)
             // A range with nothing for the peer (local-only changes, or changes that came from
             // it) still goes out, empty, so that acknowledging it keeps the peer gap-free and
@@ -1020,14 +1048,14 @@ public final class SyncEngine: Sendable {
             if !delta.hasNews { return (0, false, []) }
             let clashes: [UniqueClash]
             do {
-                clashes = try deliver(delta, via: transport)
+                clashes = try await deliver(delta, via: transport)
             } catch let error as SyncError where error.code == .transportFailed && delta.isFullSnapshot {
                 // A full snapshot that does not fit (the relay's quota, a full disk) must not hold
                 // back the changes every other reader waits for: those go, and the request
                 // stays for a later send (this one still fails, saying so).
                 let changes = try makeDelta(for: transport.peer, watermark: name, fullSnapshot: false)
                 guard changes.hasNews, !changes.isFullSnapshot else { throw error }
-                try deliver(changes, via: transport)
+                try await deliver(changes, via: transport)
                 try acknowledge(watermark: name, through: changes.to)
                 throw SyncError(.transportFailed, "the full snapshot due (a reader asked for it, or it replaces the relay's files) did not fit (\(error.message)); the \(changes.entries.count) changes since the last send went out, and the snapshot is tried again at the next send")
             }
@@ -1040,9 +1068,9 @@ public final class SyncEngine: Sendable {
     /// rollback or a clone) makes the store take a new site at its next open.
     /// - Returns: the clashes the peer settled while merging it, for a transport that says.
     @discardableResult
-    private func deliver(_ delta: Delta, via transport: some SyncTransport) throws -> [UniqueClash] {
+    private func deliver(_ delta: Delta, via transport: some SyncTransport) async throws -> [UniqueClash] {
         do {
-            return try transport.deliverReportingClashes(delta.encoded(key: key), delta: delta, from: self)
+            return try await transport.deliverReportingClashes(delta.encoded(key: key), delta: delta, from: self)
         } catch let error as SyncError where error.code == .siteReused {
             try store.requestNewSite()
             throw error
@@ -1051,15 +1079,17 @@ public final class SyncEngine: Sendable {
 
     /// Fetches and applies what the transport has for this store, in order.
     @discardableResult
-    public func fetchChanges(via transport: some SyncTransport) throws -> SyncReport {
-        try recordingOutcome(via: transport, problem: { $0.refused.isEmpty ? nil : "refused: \($0.refused.joined(separator: "; "))" }) {
+    public func fetchChanges(via transport: some SyncTransport) async throws -> SyncReport {
+        try await recordingOutcome(via: transport, problem: { $0.refused.isEmpty ? nil : "refused: \($0.refused.joined(separator: "; "))" }) {
             guard isEnabled else { throw SyncError(.disabled, "sync is off for store \(store.path); nothing fetched") }
-            try checkKey("fetching through \(try transport.watermarkSite(for: self))")
-            try requestWantedFullSnapshots(via: transport)
+            try checkKey("fetching through \(try await transport.watermarkSite(for: self))")
+            try await requestWantedFullSnapshots(via: transport)
             // Parked deltas whose schema another process has brought here apply now, and a
             // parked head with a gap before it asks for a full snapshot of its source.
             if !parkedDeltas().isEmpty {
-                _ = try? retryParked(onGap: { source in try transport.requestFullSnapshot(from: source, for: self) })
+                var gaps: [RecordID] = []
+                _ = try? retryParked(gaps: &gaps)
+                for source in gaps { try await transport.requestFullSnapshot(from: source, for: self) }
             }
             var report = SyncReport()
             // A gap or a parked delta holds back later deltas of the same source only.
@@ -1070,10 +1100,20 @@ public final class SyncEngine: Sendable {
             // and joined with the files after them they would park a new, larger file at every
             // fetch. One by one, each parked one waits, and the files after it stay on the relay.
             let parkedSources = Set(parkedDeltas().compactMap { RecordID(string: String($0.prefix(36))) })
-            let relay = transport.peer == nil ? try transport.watermarkSite(for: self) : nil
-            let incoming = try transport.incoming(for: self)
-            let runs = Self.joiningRuns(incoming) { run in parkedSources.contains(run[0].source) ? nil : joined(run) }
+            let relay = transport.peer == nil ? try await transport.watermarkSite(for: self) : nil
+            let incoming = try await transport.incoming(for: self)
+            // A checkpoint applies alone: what it covers of other sources moves their watermarks.
+            let runs = Self.joiningRuns(incoming) { run in
+                parkedSources.contains(run[0].source) || run.contains { !$0.coverage.isEmpty } ? nil : joined(run)
+            }
+            // Cancelled, the fetch stops before its next delta: each one applied was a
+            // transaction of its own, and is acknowledged below; the rest stays on the transport.
+            var cancelled = false
             for (incoming, members) in runs where !blocked.contains(incoming.source) {
+                if Task.isCancelled {
+                    cancelled = true
+                    break
+                }
                 if let problem = incoming.problem {
                     report.refused.append(Self.refusal(of: incoming.name, problem))
                     blocked.insert(incoming.source)
@@ -1081,16 +1121,16 @@ public final class SyncEngine: Sendable {
                 }
                 let outcome: ApplyOutcome
                 do {
-                    outcome = try apply(incoming.data, name: incoming.name, parking: true, arrivingThrough: relay)
+                    outcome = try apply(incoming.data, name: incoming.name, parking: true, arrivingThrough: relay, coverage: incoming.coverage)
                 } catch let error as SyncError where error.code == .gap {
-                    try transport.requestFullSnapshot(from: incoming.source, for: self)
+                    try await transport.requestFullSnapshot(from: incoming.source, for: self)
                     blocked.insert(incoming.source)
                     continue
                 } catch let error as SyncError where error.code != .disabled && error.code != .transportFailed {
                     // A damaged delta is superseded by a full snapshot of its source, once asked.
                     // An intact one this library cannot read (`.unreadableDelta`) asks for none:
                     // the snapshot would hold the same, and its source would send one per sync.
-                    if error.code == .corruptDelta { try transport.requestFullSnapshot(from: incoming.source, for: self) }
+                    if error.code == .corruptDelta { try await transport.requestFullSnapshot(from: incoming.source, for: self) }
                     report.refused.append(Self.refusal(of: incoming.name, error.message))
                     blocked.insert(incoming.source)
                     continue
@@ -1116,7 +1156,8 @@ public final class SyncEngine: Sendable {
             // them durable before acknowledging them: an acknowledged delta is never offered
             // again, and its source may delete it.
             if !consumed.isEmpty, store.durability != .full { try store.flush() }
-            for (incoming, outcome) in consumed { try incoming.consumed(outcome) }
+            for (incoming, outcome) in consumed { try await incoming.consumed(outcome) }
+            if cancelled { throw CancellationError() }
             return report
         }
     }
@@ -1184,52 +1225,80 @@ public final class SyncEngine: Sendable {
     /// sent is still applied and acknowledged, which is what lets a full relay drain. The send's
     /// error is thrown after it.
     @discardableResult
-    public func sync(via transport: some SyncTransport) throws -> SyncReport {
+    public func sync(via transport: some SyncTransport) async throws -> SyncReport {
         let sent: (entries: Int, fullSnapshot: Bool, clashesAtPeer: [UniqueClash])
         do {
-            sent = try send(via: transport)
+            sent = try await send(via: transport)
         } catch let error as SyncError where error.code == .transportFailed {
-            _ = try? fetchChanges(via: transport)
+            _ = try? await fetchChanges(via: transport)
             // The fetch recorded its own outcome: the send's failure is the one to show.
-            try? store.write(author: "sync") { tx in
+            let site = try? await transport.watermarkSite(for: self)
+            try? store.write(author: "sync", isolation: #isolation) { tx in
                 try tx.setMetadata(Array("\(error)".utf8), for: Self.lastErrorKey)
-                if let site = try? transport.watermarkSite(for: self) {
+                if let site {
                     try tx.setMetadata(Array("\(error)".utf8), for: Self.lastErrorKey + "." + site)
                 }
             }
             throw error
         }
-        var report = try fetchChanges(via: transport)
-        try noteParkedAtPeer(via: transport)
+        // Cancelled between the exchange's steps, a sync stops there: each delta it applied
+        // was one transaction, and what it did not fetch stays on the transport for the next.
+        try Task.checkCancellation()
+        var report = try await fetchChanges(via: transport)
+        try await noteParkedAtPeer(via: transport)
+        if try await transport.checkpointDue(for: self) {
+            try Task.checkCancellation()
+            report.checkpointEntries = try await publishCheckpoint(via: transport)
+        }
         report.sentEntries = sent.entries
         report.sentFullSnapshot = sent.fullSnapshot
         report.uniqueClashesAtPeer = sent.clashesAtPeer
         return report
     }
 
-    /// Syncs every `interval` until the task is cancelled, or the store is closed
-    /// (`Store.close()`, seen at the next round); errors are kept in ``status(peer:)``.
-    ///
-    /// The syncs run on a thread of their own: a sync blocks (on the store's write lock while
-    /// another process writes, on the disk, on a slow relay folder), and on a thread of Swift's
-    /// concurrency pool it would hold back every task of the app meanwhile. The task ends once
-    /// the sync under way, if any, has.
-    public func startBackgroundSync(via transport: some SyncTransport, every interval: Duration) -> Task<Void, Never> {
-        let loop = BackgroundSyncLoop()
-        let thread = Thread { [self] in
-            nameThisThread("stash.sync")
-            while !loop.isCancelled && !store.isClosed {   // a closed store ends it (issue 41)
-                _ = try? self.sync(via: transport)
-                loop.pause(for: interval)
+    /// Publishes a checkpoint through `transport` now: this store's whole synced state (every
+    /// record and delete, what it carries for other replicas included) as one full snapshot,
+    /// with how far of each source's history it holds. A store given only the relay, the family
+    /// id and the key restores from it (``fetchChanges(via:)`` applies it first when the store
+    /// has received nothing yet, or when files it needs are gone), and the relay drops the
+    /// files it holds once every reader has read them. ``sync(via:)`` publishes one when the
+    /// transport says one is due (``SyncTransport/checkpointDue(for:)``: for a relay
+    /// directory, when the files no checkpoint holds outweigh the newest one).
+    /// O(records). - Returns: the record states it holds.
+    @discardableResult
+    public func publishCheckpoint(via transport: some SyncTransport) async throws -> Int {
+        guard isEnabled else { throw SyncError(.disabled, "sync is off for store \(store.path); no checkpoint published") }
+        try checkKey("a checkpoint")
+        // What it holds of each source, read before the snapshot: never more than it has.
+        var coverage = try store.read(isolation: #isolation) { snapshot -> [RecordID: UInt64] in
+            var result: [RecordID: UInt64] = [:]
+            for watermark in try PeerWatermark.all(in: snapshot) where watermark.receivedThrough > 0 {
+                if let source = RecordID(string: watermark.site), source != site { result[source] = watermark.receivedThrough }
             }
-            loop.finish()
+            return result
         }
-        thread.start()
-        return Task {
-            await withTaskCancellationHandler {
-                await loop.finished()
-            } onCancel: {
-                loop.cancel()
+        let delta = try makeDelta(for: nil, watermark: try await transport.watermarkSite(for: self), fullSnapshot: true)
+        coverage[site] = delta.to
+        try await transport.publishCheckpoint(delta.encoded(key: key), coverage: coverage, from: self)
+        return delta.entries.count
+    }
+
+    /// Syncs every `interval` until the returned task is cancelled, or the store is closed
+    /// (`Store.close()`, seen at the next round); errors are kept in ``status(peer:)``.
+    /// Cancelling it stops the loop at once, or the sync under way between two deltas (each
+    /// delta merged is one transaction), and the task ends when that has.
+    ///
+    /// The task runs on a thread of its own (named `stash.sync`, ended with the task): a sync
+    /// blocks on the store (its write lock while another process writes, the disk), and on a
+    /// thread of Swift's concurrency pool it would hold back every task of the app meanwhile.
+    /// Awaiting the transport (a network) suspends without holding it.
+    public func startBackgroundSync(via transport: some SyncTransport, every interval: Duration) -> Task<Void, Never> {
+        let executor = DedicatedThreadExecutor(name: "stash.sync")
+        return Task(executorPreference: executor) { [self] in
+            defer { executor.finish() }
+            while !Task.isCancelled && !store.isClosed {   // a closed store ends it (issue 41)
+                _ = try? await self.sync(via: transport)
+                try? await Task.sleep(for: interval)
             }
         }
     }
@@ -1239,12 +1308,12 @@ public final class SyncEngine: Sendable {
     /// for the other end of `transport` (its watermark's name), whose ``status(via:)`` then
     /// shows its own.
     private func recordingOutcome<R>(via transport: some SyncTransport, problem: (R) -> String? = { _ in nil },
-                                     _ body: () throws -> R) throws -> R {
+                                     _ body: () async throws -> R) async throws -> R {
         do {
-            let result = try body()
+            let result = try await body()
             let trouble = problem(result)
-            let site = try? transport.watermarkSite(for: self)
-            try store.write(author: "sync") { tx in
+            let site = try? await transport.watermarkSite(for: self)
+            try store.write(author: "sync", isolation: #isolation) { tx in
                 try noteSuccess(in: tx)
                 let now = Array(String(store.clock().timeIntervalSince1970).utf8)
                 for suffix in [""] + (site.map { ["." + $0] } ?? []) {
@@ -1254,8 +1323,8 @@ public final class SyncEngine: Sendable {
             }
             return result
         } catch {
-            let site = try? transport.watermarkSite(for: self)
-            try? store.write(author: "sync") { tx in
+            let site = try? await transport.watermarkSite(for: self)
+            try? store.write(author: "sync", isolation: #isolation) { tx in
                 for suffix in [""] + (site.map { ["." + $0] } ?? []) {
                     try tx.setMetadata(Array("\(error)".utf8), for: Self.lastErrorKey + suffix)
                 }
@@ -1277,8 +1346,10 @@ public final class SyncEngine: Sendable {
     /// its own), last success and last error.
     /// - Throws: `.transportFailed` when the transport cannot say who it is (a relay that is
     ///   unavailable).
-    public func status(via transport: some SyncTransport) throws -> SyncStatus {
-        try Self.status(of: store, site: try transport.watermarkSite(for: self), enabled: isEnabled)
+    public func status(via transport: some SyncTransport) async throws -> SyncStatus {
+        var status = try Self.status(of: store, site: try await transport.watermarkSite(for: self), enabled: isEnabled)
+        status.relayUnencrypted = transport.peer == nil && !encryptsRelayFiles
+        return status
     }
 
     /// ``status(peer:)`` read from `store` without opening sync on it (which writes): for a
@@ -1426,58 +1497,49 @@ enum AtomicFile {
     }
 }
 
-/// The state of one ``SyncEngine/startBackgroundSync(via:every:)``: cancelled or not, its
-/// thread's pause between syncs (cut short by a cancel), and the task waiting for its end.
-final class BackgroundSyncLoop: @unchecked Sendable {
-    // Every field is read and written under `condition`.
+/// Runs the jobs of a task on one thread of its own, named for the OS, until ``finish()``:
+/// the background sync's task, whose synchronous store work must not hold a thread of the
+/// concurrency pool. Jobs run in the order they arrive.
+final class DedicatedThreadExecutor: TaskExecutor, @unchecked Sendable {
+    // `jobs` and `finished` are read and written under `condition`.
     private let condition = NSCondition()
-    private var cancelled = false
-    private var done = false
-    private var waiter: CheckedContinuation<Void, Never>?
+    private var jobs: [UnownedJob] = []
+    private var finished = false
 
-    var isCancelled: Bool {
-        condition.lock()
-        defer { condition.unlock() }
-        return cancelled
+    init(name: String) {
+        let thread = Thread { [self] in
+            nameThisThread(name)
+            run()
+        }
+        thread.stackSize = 4 << 20
+        thread.start()
     }
 
-    func cancel() {
+    func enqueue(_ job: consuming ExecutorJob) {
+        let job = UnownedJob(job)
         condition.lock()
-        cancelled = true
-        condition.broadcast()
+        jobs.append(job)
+        condition.signal()
         condition.unlock()
     }
 
-    /// Waits `interval`, or until cancelled.
-    func pause(for interval: Duration) {
-        let (seconds, attoseconds) = interval.components
-        let deadline = Date().addingTimeInterval(Double(seconds) + Double(attoseconds) / 1e18)
-        condition.lock()
-        while !cancelled && condition.wait(until: deadline) {}
-        condition.unlock()
-    }
-
-    /// Called by the thread as it ends.
+    /// Ends the thread once the jobs queued so far have run.
     func finish() {
         condition.lock()
-        done = true
-        let waiting = waiter
-        waiter = nil
+        finished = true
+        condition.signal()
         condition.unlock()
-        waiting?.resume()
     }
 
-    /// Returns once the thread has ended.
-    func finished() async {
-        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+    private func run() {
+        let executor = asUnownedTaskExecutor()
+        while true {
             condition.lock()
-            if done {
-                condition.unlock()
-                continuation.resume()
-            } else {
-                waiter = continuation
-                condition.unlock()
-            }
+            while jobs.isEmpty && !finished { condition.wait() }
+            if jobs.isEmpty { condition.unlock(); return }
+            let job = jobs.removeFirst()
+            condition.unlock()
+            job.runSynchronously(on: executor)
         }
     }
 }

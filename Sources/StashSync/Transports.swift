@@ -11,37 +11,46 @@ public protocol SyncTransport: Sendable {
     /// The store at the other end, or nil for a shared medium.
     var peer: RecordID? { get }
     /// Delivers one delta durably, or throws.
-    func deliver(_ data: Data, delta: Delta, from engine: SyncEngine) throws
+    func deliver(_ data: Data, delta: Delta, from engine: SyncEngine) async throws
     /// Delivers one delta as ``deliver(_:delta:from:)`` does, and returns the records the
     /// peer deleted while merging it to settle unique-index clashes (``UniqueClash``), for
     /// the sender's ``SyncReport/uniqueClashesAtPeer``. A transport whose peer merges later
     /// (a shared medium) returns none: the peer reports them in its own fetch. Default:
     /// ``deliver(_:delta:from:)``, and none.
-    func deliverReportingClashes(_ data: Data, delta: Delta, from engine: SyncEngine) throws -> [UniqueClash]
+    func deliverReportingClashes(_ data: Data, delta: Delta, from engine: SyncEngine) async throws -> [UniqueClash]
     /// The deltas waiting for `engine`, in the order to apply them.
-    func incoming(for engine: SyncEngine) throws -> [IncomingDelta]
+    func incoming(for engine: SyncEngine) async throws -> [IncomingDelta]
     /// True when a reader asked `engine` for a full snapshot (it found a gap).
-    func fullSnapshotRequested(by engine: SyncEngine) throws -> Bool
+    func fullSnapshotRequested(by engine: SyncEngine) async throws -> Bool
     /// Asks `source` for a full snapshot on its next send.
-    func requestFullSnapshot(from source: RecordID, for engine: SyncEngine) throws
+    func requestFullSnapshot(from source: RecordID, for engine: SyncEngine) async throws
     /// The name under which `engine` keeps how far its history reached this transport's
     /// other end (``PeerWatermark/site``): the peer's site, or for a shared medium a name of
     /// its own, so that two media are never taken for one. Default: the peer's site, or
     /// ``PeerWatermark/relaySite``.
-    func watermarkSite(for engine: SyncEngine) throws -> String
+    func watermarkSite(for engine: SyncEngine) async throws -> String
     /// The deltas of `engine`'s store that the other end holds parked (they cannot merge with
     /// its schema yet), each as `"name (why)"`, for ``SyncStatus/parkedAtPeer``; nil when the
     /// transport cannot tell. Default: nil.
-    func parkedAtPeer(for engine: SyncEngine) throws -> [String]?
+    func parkedAtPeer(for engine: SyncEngine) async throws -> [String]?
+    /// Whether `engine` should publish a checkpoint now (``publishCheckpoint(_:coverage:from:)``):
+    /// the medium's policy. Default: false (a direct peer keeps no checkpoints).
+    func checkpointDue(for engine: SyncEngine) async throws -> Bool
+    /// Keeps `data`, a full snapshot of `engine`'s store holding each source's history through
+    /// `coverage`, as the family's newest checkpoint, from which a new store restores, and
+    /// which lets the medium drop the files it covers. Default: nothing (no checkpoints).
+    func publishCheckpoint(_ data: Data, coverage: [RecordID: UInt64], from engine: SyncEngine) async throws
 }
 
 extension SyncTransport {
-    public func parkedAtPeer(for engine: SyncEngine) throws -> [String]? { nil }
+    public func parkedAtPeer(for engine: SyncEngine) async throws -> [String]? { nil }
+    public func checkpointDue(for engine: SyncEngine) async throws -> Bool { false }
+    public func publishCheckpoint(_ data: Data, coverage: [RecordID: UInt64], from engine: SyncEngine) async throws {}
 
-    public func watermarkSite(for engine: SyncEngine) throws -> String { peer?.description ?? PeerWatermark.relaySite }
+    public func watermarkSite(for engine: SyncEngine) async throws -> String { peer?.description ?? PeerWatermark.relaySite }
 
-    public func deliverReportingClashes(_ data: Data, delta: Delta, from engine: SyncEngine) throws -> [UniqueClash] {
-        try deliver(data, delta: delta, from: engine)
+    public func deliverReportingClashes(_ data: Data, delta: Delta, from engine: SyncEngine) async throws -> [UniqueClash] {
+        try await deliver(data, delta: delta, from: engine)
         return []
     }
 }
@@ -60,18 +69,35 @@ public struct IncomingDelta: Sendable {
     /// Why the delta cannot be read now (a relay file the process may not open, an I/O
     /// error), for one made with ``init(name:source:unreadable:)``; nil for a delta to apply.
     public let problem: String?
-    let onConsumed: @Sendable (ApplyOutcome) throws -> Void
+    /// For a checkpoint (the family's merged state as one store had it): how far of each
+    /// source's history it holds. Applying it moves this store's watermark of each of those
+    /// sources there, in the same transaction. Empty for a delta.
+    public let coverage: [RecordID: UInt64]
+    let onConsumed: @Sendable (ApplyOutcome) async throws -> Void
 
     /// A delta offered by a transport. `onConsumed` is called with the outcome (applied,
     /// duplicate, or parked: the store keeps a parked delta itself) once the store has made it
     /// durable: acknowledge the delta there. It is not called for a delta that was refused
     /// or found a gap, nor for the later deltas of its source that the fetch then skipped. An
     /// error it throws makes the fetch throw.
-    public init(name: String, source: RecordID, data: Data, onConsumed: @escaping @Sendable (ApplyOutcome) throws -> Void) {
+    public init(name: String, source: RecordID, data: Data, onConsumed: @escaping @Sendable (ApplyOutcome) async throws -> Void) {
         self.name = name
         self.source = source
         self.data = data
         problem = nil
+        coverage = [:]
+        self.onConsumed = onConsumed
+    }
+
+    /// A checkpoint: `data` is a full snapshot of `source`'s store, holding each source's
+    /// history through `coverage` (see ``coverage``).
+    public init(checkpoint name: String, source: RecordID, data: Data, coverage: [RecordID: UInt64],
+                onConsumed: @escaping @Sendable (ApplyOutcome) async throws -> Void = { _ in }) {
+        self.name = name
+        self.source = source
+        self.data = data
+        problem = nil
+        self.coverage = coverage
         self.onConsumed = onConsumed
     }
 
@@ -84,10 +110,11 @@ public struct IncomingDelta: Sendable {
         self.source = source
         data = Data()
         self.problem = problem
+        coverage = [:]
         onConsumed = { _ in }
     }
 
-    func consumed(_ outcome: ApplyOutcome) throws { try onConsumed(outcome) }
+    func consumed(_ outcome: ApplyOutcome) async throws { try await onConsumed(outcome) }
 }
 
 /// Store to store on one machine: delivering imports straight into the other store;
@@ -105,8 +132,8 @@ public struct DirectTransport: SyncTransport {
     public var peer: RecordID? { other.site }
 
     /// Applies the delta in the other store (see ``deliverReportingClashes(_:delta:from:)``).
-    public func deliver(_ data: Data, delta: Delta, from engine: SyncEngine) throws {
-        _ = try deliverReportingClashes(data, delta: delta, from: engine)
+    public func deliver(_ data: Data, delta: Delta, from engine: SyncEngine) async throws {
+        _ = try await deliverReportingClashes(data, delta: delta, from: engine)
     }
 
     /// Applies the delta in the other store, and returns the records the other store deleted
@@ -115,12 +142,12 @@ public struct DirectTransport: SyncTransport {
     /// other store keeps the delta and applies it once its schema catches up.
     /// - Throws: `.gap` when the other store lacks changes before the delta; the next delivery
     ///   is then a full snapshot.
-    public func deliverReportingClashes(_ data: Data, delta: Delta, from engine: SyncEngine) throws -> [UniqueClash] {
+    public func deliverReportingClashes(_ data: Data, delta: Delta, from engine: SyncEngine) async throws -> [UniqueClash] {
         let outcome: ApplyOutcome
         do {
             outcome = try other.apply(data, name: Self.name(of: engine))
         } catch let error as SyncError where error.code == .gap {
-            try requestFullSnapshot(from: engine.site, for: other)
+            try await requestFullSnapshot(from: engine.site, for: other)
             throw error
         }
         if delta.isFullSnapshot { try Self.clearRequest(from: engine.site, in: other) }
@@ -135,7 +162,7 @@ public struct DirectTransport: SyncTransport {
     /// snapshot when `engine` asked for one; none when there is nothing); the other store
     /// records them as delivered once `engine` has applied or parked it.
     /// - Throws: `.disabled` when sync is off for the other store.
-    public func incoming(for engine: SyncEngine) throws -> [IncomingDelta] {
+    public func incoming(for engine: SyncEngine) async throws -> [IncomingDelta] {
         guard other.isEnabled else {
             throw SyncError(.disabled, "sync is off for the peer store \(other.store.path)")
         }
@@ -150,17 +177,17 @@ public struct DirectTransport: SyncTransport {
     }
 
     /// Whether `engine`'s changes should reach the other store as a full snapshot.
-    public func fullSnapshotRequested(by engine: SyncEngine) throws -> Bool {
+    public func fullSnapshotRequested(by engine: SyncEngine) async throws -> Bool {
         try Self.isRequested(from: engine.site, in: other)
     }
 
     /// The deltas of `engine`'s store that the other store holds parked, with why.
-    public func parkedAtPeer(for engine: SyncEngine) throws -> [String]? {
+    public func parkedAtPeer(for engine: SyncEngine) async throws -> [String]? {
         SyncEngine.parkedReasons(of: other.store, from: engine.site)
     }
 
     /// Notes in `engine`'s store that it wants a full snapshot of `source`.
-    public func requestFullSnapshot(from source: RecordID, for engine: SyncEngine) throws {
+    public func requestFullSnapshot(from source: RecordID, for engine: SyncEngine) async throws {
         try engine.store.setMetadata([1], for: Self.requestKey(source))
     }
 
@@ -208,7 +235,7 @@ public struct RelayTransport: SyncTransport {
     /// When this directory held another id before (re-created, or a conflict copy of its id
     /// file won), the watermark of that id goes: that relay would otherwise hold back every
     /// purge of history and keep the store's status pending for good.
-    public func watermarkSite(for engine: SyncEngine) throws -> String {
+    public func watermarkSite(for engine: SyncEngine) async throws -> String {
         let id = try identity()
         try engine.relayDirectory(directory.standardizedFileURL.path, holds: id)
         return PeerWatermark.relay(id)
@@ -270,7 +297,7 @@ public struct RelayTransport: SyncTransport {
     ///   exceed ``quotaBytes``; `.siteReused` when the relay holds history of this site past
     ///   the store's newest entry (a rolled-back or cloned store: it takes a new site at its
     ///   next open).
-    public func deliver(_ data: Data, delta: Delta, from engine: SyncEngine) throws {
+    public func deliver(_ data: Data, delta: Delta, from engine: SyncEngine) async throws {
         try checkAvailable()
         // History only grows: a file of this site past what the store holds now (read after
         // the file list, so that another process of this store syncing at the same time is
@@ -280,7 +307,7 @@ public struct RelayTransport: SyncTransport {
         // are cleaned up.
         let published = published(by: folder(engine.site))
         if published > delta.to {
-            let current = try engine.store.read { try $0.historyBounds().current.sequence }
+            let current = try engine.store.read(isolation: #isolation) { try $0.historyBounds().current.sequence }
             if published > current {
                 throw SyncError(.siteReused, "relay \(directory.path) holds history of site \(engine.site) up to \(published), but store \(engine.store.path) has only up to \(current): it was rolled back (a snapshot) or cloned, and another replica writes as the same site. It takes a new site at its next open; reopen it, then sync")
             }
@@ -288,18 +315,18 @@ public struct RelayTransport: SyncTransport {
         // What every reader has acknowledged goes first: a relay over its quota drains (before,
         // the quota check threw first, and nothing was ever deleted again).
         try cleanUp(for: engine)
-        if let quotaBytes {
-            let used = usedBytes()
-            guard used + data.count <= quotaBytes else {
-                throw SyncError(.transportFailed, "relay \(directory.path) is over its quota (\(used) + \(data.count) > \(quotaBytes) bytes); changes stay pending")
-            }
-        }
+        // A family with a key seals what it leaves here: the relay sees the header it routes
+        // by, and nothing of the records.
+        let contents = try engine.familyKeys.map { keys in
+            try RelayEnvelope(kind: .delta, family: engine.family, source: engine.site, from: delta.from, to: delta.to, payload: data).encoded(keys: keys)
+        } ?? data
+        try checkQuota(adding: contents.count)
         let name = String(format: "%020llu-%020llu%@.delta", delta.from, delta.to, delta.isFullSnapshot ? "-full" : "")
         // A full snapshot answers the requests there now: their requesters' acknowledgements
         // are lowered before it is written (so that no clean-up, of another process of this
         // store either, deletes it before they applied it), and the requests removed after.
         let answered = delta.isFullSnapshot ? keepForRequesters(delta, from: engine) : []
-        try AtomicFile.write(data, to: folder(engine.site).appendingPathComponent(name))
+        try AtomicFile.write(contents, to: folder(engine.site).appendingPathComponent(name))
         let requests = folder(engine.site).appendingPathComponent("requests")
         for name in answered { try? FileManager.default.removeItem(at: requests.appendingPathComponent(name)) }
     }
@@ -328,6 +355,15 @@ public struct RelayTransport: SyncTransport {
         let acks = ((try? FileManager.default.contentsOfDirectory(at: source.appendingPathComponent("acks"), includingPropertiesForKeys: nil)) ?? [])
             .compactMap(readAcknowledgement)
         return max(deltas(of: source).map(\.to).max() ?? 0, acks.max() ?? 0)
+    }
+
+    /// - Throws: `.transportFailed` when `bytes` more would pass ``quotaBytes``.
+    private func checkQuota(adding bytes: Int) throws {
+        guard let quotaBytes else { return }
+        let used = usedBytes()
+        guard used + bytes <= quotaBytes else {
+            throw SyncError(.transportFailed, "relay \(directory.path) is over its quota (\(used) + \(bytes) > \(quotaBytes) bytes); changes stay pending")
+        }
     }
 
     /// The bytes of the files on the relay (folders count for nothing, as in a cloud quota).
@@ -362,7 +398,7 @@ public struct RelayTransport: SyncTransport {
     /// (``IncomingDelta/init(name:source:unreadable:)``) and holds back its source's later files.
     /// - Throws: `.transportFailed` when the directory is missing or the store's folder or
     ///   its notes cannot be written.
-    public func incoming(for engine: SyncEngine) throws -> [IncomingDelta] {
+    public func incoming(for engine: SyncEngine) async throws -> [IncomingDelta] {
         try checkAvailable()
         // Make this store known as a reader, so sources keep files until it has read them, and
         // note when it last read (see `staleReaderAge`).
@@ -375,13 +411,18 @@ public struct RelayTransport: SyncTransport {
         catch { throw SyncError(.transportFailed, "cannot list relay \(directory.path) (gone or unreadable since it was checked): \(error.localizedDescription); changes stay pending") }
         var result: [IncomingDelta] = []
         let myself = engine.site.description
+        let kept = checkpoints(of: engine.family)
+        let covered = coverage(of: kept)
+        if try restoresFromCheckpoints(engine, sources: sources, covered: covered) {
+            result += try checkpointDeltas(kept, for: engine)
+        }
         for sourceFolder in sources.sorted(by: { $0.lastPathComponent < $1.lastPathComponent }) {
             guard let source = RecordID(string: sourceFolder.lastPathComponent), source != engine.site else { continue }
             // A store of another family sharing the folder (its note says which): its files are
             // not for this store, neither pending nor refused. Read, each was refused at every
             // sync, which kept the store's last error set and `stash sync` exiting 1.
             if let note = readNote(sourceFolder.appendingPathComponent("seen")), note.family != engine.family { continue }
-            let received = try engine.store.read { try PeerWatermark.load(source.description, in: $0) }.receivedThrough
+            let received = try engine.store.read(isolation: #isolation) { try PeerWatermark.load(source.description, in: $0) }.receivedThrough
             // This store waits for a full snapshot of the source (a type turned synced here):
             // one that covers what it has received is wanted too, and the source lowered this
             // store's acknowledgement to keep it until it is applied.
@@ -402,10 +443,10 @@ public struct RelayTransport: SyncTransport {
             // The source published past what this store has, and the files are gone (read and
             // cleaned up before this store joined): nothing here would show the gap, and the
             // store would wait for the source's next write. Ask for a full snapshot.
-            if !files.contains(where: { $0.to > received }), published(by: sourceFolder) > received,
+            if !files.contains(where: { $0.to > received }), published(by: sourceFolder) > received, covered[source] ?? 0 <= received,
                (readNote(sourceFolder.appendingPathComponent("seen"))?.family ?? engine.family) == engine.family,
                !FileManager.default.fileExists(atPath: sourceFolder.appendingPathComponent("requests").appendingPathComponent(myself).path) {
-                try requestFullSnapshot(from: source, for: engine)
+                try await requestFullSnapshot(from: source, for: engine)
             }
             // A full snapshot newer than what we have makes the older files unnecessary.
             let full = files.last(where: { $0.full && ($0.to > received || wantsFull && $0.to == received) })
@@ -414,7 +455,7 @@ public struct RelayTransport: SyncTransport {
             // source's deltas is parked here: the answer would be parked too.
             if wantsFull, full == nil, !engine.hasParkedDeltas(from: source),
                !FileManager.default.fileExists(atPath: sourceFolder.appendingPathComponent("requests").appendingPathComponent(myself).path) {
-                try requestFullSnapshot(from: source, for: engine)
+                try await requestFullSnapshot(from: source, for: engine)
             }
             if let full { files = files.filter { $0.to > full.to || $0.url == full.url } }
             for file in files where file.to > received || file.url == full?.url {
@@ -423,7 +464,12 @@ public struct RelayTransport: SyncTransport {
                 // other failure reported, or the source's changes would stop with no word.
                 let data: Data
                 do {
-                    data = try Data(contentsOf: file.url)
+                    data = try contents(of: Data(contentsOf: file.url), at: file.url, source: source, range: (file.from, file.to), engine: engine)
+                } catch let error as SyncError {
+                    // Moved, replayed, changed or cut short by the relay, or not of this family's
+                    // writers: refused, and its source's later files wait behind it.
+                    result.append(IncomingDelta(name: file.url.path, source: source, unreadable: error.message))
+                    break
                 } catch {
                     if FileManager.default.fileExists(atPath: file.url.path) {
                         result.append(IncomingDelta(name: file.url.path, source: source,
@@ -440,7 +486,12 @@ public struct RelayTransport: SyncTransport {
                     // What a reader parks, it says beside the source's files: the source's
                     // status then names it (``parkedAtPeer(for:)``).
                     if case .parked(let reason) = outcome {
-                        try? AtomicFile.write(Data("\((file.url.lastPathComponent)) (\(reason))".utf8), to: parkedNote)
+                        let text = Data("\((file.url.lastPathComponent)) (\(reason))".utf8)
+                        // Sealed for a family with a key: a reason names types and fields.
+                        let note = (try? engine.familyKeys.map { keys in
+                            try RelayEnvelope(kind: .note, family: engine.family, source: engine.site, from: 0, to: 0, payload: text).encoded(keys: keys)
+                        }) ?? text
+                        try? AtomicFile.write(note, to: parkedNote)
                         return
                     }
                     try AtomicFile.write(Data(String(to).utf8), to: ackDirectory.appendingPathComponent(myself))
@@ -450,46 +501,210 @@ public struct RelayTransport: SyncTransport {
         return result
     }
 
-    /// What the readers of the relay hold parked of `engine`'s deltas (each reader notes it in
-    /// `DIR/<site>/parked/<reader>` when it parks, and removes it once nothing of the source
-    /// waits there), each as `"reader <site>: name (why)"`.
-    public func parkedAtPeer(for engine: SyncEngine) throws -> [String]? {
-        let notes = folder(engine.site).appendingPathComponent("parked")
-        let readers = ((try? FileManager.default.contentsOfDirectory(atPath: notes.path)) ?? []).filter { RecordID(string: $0) != nil }.sorted()
-        return readers.compactMap { reader in
-            (try? String(contentsOf: notes.appendingPathComponent(reader), encoding: .utf8)).map { "reader \(reader): \($0)" }
+    /// Whether `engine` should apply the checkpoints before the files: it has received nothing
+    /// through the relay yet (a new device: the checkpoints hold the family's data), or a
+    /// source's files it needs are gone (the clean-up dropped what a checkpoint holds).
+    private func restoresFromCheckpoints(_ engine: SyncEngine, sources: [URL], covered: [RecordID: UInt64]) throws -> Bool {
+        guard !covered.isEmpty else { return false }
+        var receivedAnything = false
+        for sourceFolder in sources {
+            guard let source = RecordID(string: sourceFolder.lastPathComponent), source != engine.site else { continue }
+            if let note = readNote(sourceFolder.appendingPathComponent("seen")), note.family != engine.family { continue }
+            let received = try engine.store.read { try PeerWatermark.load(source.description, in: $0) }.receivedThrough
+            if received > 0 { receivedAnything = true }
+            guard covered[source] ?? 0 > received else { continue }
+            let needed = deltas(of: sourceFolder).filter { $0.to > received }
+            if let first = needed.first, first.from <= received + 1 || first.full { continue }
+            if needed.isEmpty && published(by: sourceFolder) <= received { continue }
+            return true
+        }
+        return !receivedAnything && covered.contains { $0.key != engine.site && $0.value > 0 }
+    }
+
+    /// The kept checkpoints as deltas to apply (each opened and checked against its name), in
+    /// order of how much they hold; one that does not open is offered as unreadable.
+    private func checkpointDeltas(_ kept: [CheckpointFile], for engine: SyncEngine) throws -> [IncomingDelta] {
+        kept.map { checkpoint in
+            do {
+                let envelope = try RelayEnvelope(decoding: try Data(contentsOf: checkpoint.url), keys: engine.familyKeys, name: checkpoint.url.path)
+                guard envelope.kind == .checkpoint, envelope.family == engine.family, envelope.source == checkpoint.maker,
+                      envelope.to == checkpoint.to, envelope.coverage == checkpoint.coverage else {
+                    throw SyncError(.corruptDelta, "\(checkpoint.url.path) holds another checkpoint than its name says (of \(envelope.source), through \(envelope.to)): the relay moved or changed it; it was not applied")
+                }
+                return IncomingDelta(checkpoint: checkpoint.url.path, source: checkpoint.maker, data: envelope.payload, coverage: envelope.coverage)
+            } catch let error as SyncError {
+                return IncomingDelta(name: checkpoint.url.path, source: checkpoint.maker, unreadable: error.message)
+            } catch {
+                return IncomingDelta(name: checkpoint.url.path, source: checkpoint.maker,
+                                     unreadable: "cannot read it: \(error.localizedDescription); it is read again at the next fetch")
+            }
         }
     }
 
-    /// True when a reader asked for a full snapshot, or when this store's files have grown
-    /// past the point where one full snapshot is smaller (see ``compactionDue(for:)``).
-    public func fullSnapshotRequested(by engine: SyncEngine) throws -> Bool {
+    /// The delta a relay file holds, checked against its place: an envelope (a sealed one
+    /// opened with the family's key) must name this family, the folder's source and the file
+    /// name's range; so must a bare delta's own header (it is what the source wrote: its
+    /// checksum, and its HMAC when the family has a key, are checked when it applies).
+    /// - Throws: ``SyncError`` (`.corruptDelta` for a file moved, replayed or changed by the
+    ///   relay, `.unauthenticated` for one that does not open with the family's key).
+    private func contents(of data: Data, at url: URL, source: RecordID, range: (from: UInt64, to: UInt64), engine: SyncEngine) throws -> Data {
+        func misplaced(_ what: String) -> SyncError {
+            SyncError(.corruptDelta, "\(url.path) holds \(what), not what its place in the relay says (source \(source), history \(range.from)...\(range.to), family \(engine.family)): the relay moved, replayed or changed it; it was not applied")
+        }
+        if RelayEnvelope.isEnvelope(data) {
+            let envelope = try RelayEnvelope(decoding: data, keys: engine.familyKeys, name: url.path)
+            guard envelope.kind == .delta, envelope.family == engine.family, envelope.source == source,
+                  envelope.from == range.from, envelope.to == range.to else {
+                throw misplaced("the \(envelope.kind) of source \(envelope.source), history \(envelope.from)...\(envelope.to), family \(envelope.family)")
+            }
+            return envelope.payload
+        }
+        // A bare delta: a family without a key, or a library from before envelopes.
+        let bytes = [UInt8](data.prefix(Delta.headerSize))
+        guard bytes.count == Delta.headerSize, Array(bytes[0..<4]) == Delta.magic else { return data }   // the reader says what is wrong
+        let header = (source: RecordID(bytes: bytes[6..<22]), family: RecordID(bytes: bytes[22..<38]),
+                      from: bytes[70..<78].reversed().reduce(UInt64(0)) { $0 << 8 | UInt64($1) },
+                      to: bytes[78..<86].reversed().reduce(UInt64(0)) { $0 << 8 | UInt64($1) })
+        guard header.source == source, header.family == engine.family, header.from == range.from, header.to == range.to else {
+            throw misplaced("a delta of source \(header.source.map(\.description) ?? "?"), history \(header.from)...\(header.to)")
+        }
+        return data
+    }
+
+    // MARK: Checkpoints
+
+    /// Where checkpoints are kept: `DIR/checkpoints/<site>-<to>.checkpoint`.
+    private var checkpointFolder: URL { directory.appendingPathComponent("checkpoints") }
+
+    /// A checkpoint on the relay, from its name and header (not checked: enough to decide what
+    /// it covers; it is opened with the family's key before anything of it applies).
+    public struct CheckpointFile: Sendable {
+        /// The file (`DIR/checkpoints/<site>-<to>.checkpoint`).
+        public let url: URL
+        /// The store that published it.
+        public let maker: RecordID
+        /// How far of its maker's own history it holds.
+        public let to: UInt64
+        /// The family it belongs to.
+        public let family: RecordID
+        /// How far of each source's history it holds (its maker's included).
+        public let coverage: [RecordID: UInt64]
+        /// Its size on the relay.
+        public let bytes: Int
+    }
+
+    /// The checkpoints on the relay of `family` that no other one covers entirely, in order of
+    /// how much they cover (usually one: the newest). O(checkpoints).
+    public func checkpoints(of family: RecordID) -> [CheckpointFile] { checkpoints(of: family, pruning: false) }
+
+    /// ``checkpoints(of:)``; `pruning`: removes those another covers.
+    func checkpoints(of family: RecordID, pruning: Bool) -> [CheckpointFile] {
+        let names = (try? FileManager.default.contentsOfDirectory(atPath: checkpointFolder.path)) ?? []
+        var found: [CheckpointFile] = []
+        for name in names where name.hasSuffix(".checkpoint") && !name.hasPrefix(".") {
+            let parts = name.dropLast(".checkpoint".count).split(separator: "-", maxSplits: 5)
+            guard parts.count == 6, let maker = RecordID(string: parts[0...4].joined(separator: "-")), let to = UInt64(parts[5]) else { continue }
+            let url = checkpointFolder.appendingPathComponent(name)
+            guard let header = RelayEnvelope.header(of: url), header.kind == .checkpoint, header.source == maker, header.to == to else { continue }
+            guard header.family == family else { continue }
+            found.append(CheckpointFile(url: url, maker: maker, to: to, family: header.family, coverage: header.coverage, bytes: fileSize(url)))
+        }
+        func covers(_ a: CheckpointFile, _ b: CheckpointFile) -> Bool {
+            b.coverage.allSatisfy { (a.coverage[$0.key] ?? 0) >= $0.value }
+        }
+        // Those another covers (entirely, and more, or the same with a later name) go.
+        var kept: [CheckpointFile] = []
+        for candidate in found.sorted(by: { $0.url.lastPathComponent < $1.url.lastPathComponent }) {
+            let dominated = found.contains { other in
+                other.url != candidate.url && covers(other, candidate)
+                    && (!covers(candidate, other) || other.url.lastPathComponent > candidate.url.lastPathComponent)
+            }
+            if dominated {
+                if pruning { try? FileManager.default.removeItem(at: candidate.url) }
+            } else {
+                kept.append(candidate)
+            }
+        }
+        return kept.sorted { $0.coverage.values.reduce(0, &+) < $1.coverage.values.reduce(0, &+) }
+    }
+
+    /// For each source, how far the kept checkpoints hold its history.
+    private func coverage(of checkpoints: [CheckpointFile]) -> [RecordID: UInt64] {
+        var result: [RecordID: UInt64] = [:]
+        for checkpoint in checkpoints {
+            for (site, through) in checkpoint.coverage { result[site] = max(result[site] ?? 0, through) }
+        }
+        return result
+    }
+
+    /// Delta files no checkpoint covers at least this many make a checkpoint due.
+    public static let checkpointEveryFiles = 64
+    /// Bytes of files no checkpoint covers that never make a checkpoint due by themselves.
+    public static let checkpointMinimumBytes = 64 << 10
+
+    /// A checkpoint is due when the files of the family that no checkpoint covers number
+    /// ``checkpointEveryFiles``, or, at least 4 of them, outweigh both the newest checkpoint
+    /// and ``checkpointMinimumBytes``: then a checkpoint (about the size of the family's data)
+    /// lets the clean-up drop them, so the relay keeps about twice the family's data at most.
+    public func checkpointDue(for engine: SyncEngine) async throws -> Bool {
+        try checkAvailable()
+        let kept = checkpoints(of: engine.family)
+        let covered = coverage(of: kept)
+        var files = 0, bytes = 0
+        for sourceFolder in (try? FileManager.default.contentsOfDirectory(at: directory, includingPropertiesForKeys: nil)) ?? [] {
+            guard let source = RecordID(string: sourceFolder.lastPathComponent) else { continue }
+            if source != engine.site, let note = readNote(sourceFolder.appendingPathComponent("seen")), note.family != engine.family { continue }
+            for file in deltas(of: sourceFolder) where file.to > covered[source] ?? 0 {
+                files += 1
+                bytes += fileSize(file.url)
+            }
+        }
+        return files >= Self.checkpointEveryFiles
+            || (files >= Self.compactionMinimumFiles && bytes > max(kept.map(\.bytes).max() ?? 0, Self.checkpointMinimumBytes))
+    }
+
+    /// Writes `data` as `DIR/checkpoints/<site>-<to>.checkpoint` (sealed for a family with a
+    /// key; temp file, fsync, rename), then removes the checkpoints it covers entirely.
+    public func publishCheckpoint(_ data: Data, coverage: [RecordID: UInt64], from engine: SyncEngine) async throws {
+        try checkAvailable()
+        let to = coverage[engine.site] ?? 0
+        let envelope = RelayEnvelope(kind: .checkpoint, family: engine.family, source: engine.site, from: 1, to: to, coverage: coverage, payload: data)
+        let contents = try envelope.encoded(keys: engine.familyKeys)
+        try checkQuota(adding: contents.count)
+        let name = String(format: "%@-%020llu.checkpoint", engine.site.description, to)
+        try AtomicFile.write(contents, to: checkpointFolder.appendingPathComponent(name))
+        AtomicFile.removeLeftovers(in: [checkpointFolder])
+        _ = checkpoints(of: engine.family, pruning: true)
+    }
+
+    /// What the readers of the relay hold parked of `engine`'s deltas (each reader notes it in
+    /// `DIR/<site>/parked/<reader>` when it parks, and removes it once nothing of the source
+    /// waits there), each as `"reader <site>: name (why)"`.
+    public func parkedAtPeer(for engine: SyncEngine) async throws -> [String]? {
+        let notes = folder(engine.site).appendingPathComponent("parked")
+        let readers = ((try? FileManager.default.contentsOfDirectory(atPath: notes.path)) ?? []).filter { RecordID(string: $0) != nil }.sorted()
+        return readers.compactMap { reader in
+            let url = notes.appendingPathComponent(reader)
+            guard var data = try? Data(contentsOf: url) else { return nil }
+            if RelayEnvelope.isEnvelope(data) {
+                guard let note = try? RelayEnvelope(decoding: data, keys: engine.familyKeys, name: url.path), note.kind == .note else {
+                    return "reader \(reader): a delta is parked there (its note does not open with this store's key)"
+                }
+                data = note.payload
+            }
+            return "reader \(reader): \(String(decoding: data, as: UTF8.self))"
+        }
+    }
+
+    /// True when a reader asked for a full snapshot.
+    public func fullSnapshotRequested(by engine: SyncEngine) async throws -> Bool {
         let requests = folder(engine.site).appendingPathComponent("requests")
-        if ((try? FileManager.default.contentsOfDirectory(atPath: requests.path)) ?? []).contains(where: { !$0.hasPrefix(".") }) { return true }
-        return compactionDue(for: engine)
+        return ((try? FileManager.default.contentsOfDirectory(atPath: requests.path)) ?? []).contains(where: { !$0.hasPrefix(".") })
     }
 
-    /// Files a store keeps after its last full snapshot before it compacts, at least.
+    /// Files a store keeps after the last checkpoint before one is due, at least (unless
+    /// they number ``checkpointEveryFiles``).
     static let compactionMinimumFiles = 4
-    /// Bytes of files after the last full snapshot that never call for a compaction.
-    static let compactionMinimumBytes = 64 << 10
-
-    /// With no reader yet (a store alone on the relay, until its second device joins),
-    /// nothing is ever deleted, and every sync added a file: the relay grew without bound,
-    /// to its quota. Once the files after the store's last full snapshot (or its first file,
-    /// when that starts at the beginning) outweigh it, a full snapshot replaces them all (the
-    /// clean-up deletes what it supersedes; a reader to come starts from it), so the store
-    /// keeps at most about twice its synced data on the relay.
-    private func compactionDue(for engine: SyncEngine) -> Bool {
-        let readers = readers(of: engine)
-        guard readers.counted == 0 && !readers.staleBehind else { return false }
-        let files = deltas(of: folder(engine.site))
-        let base = files.lastIndex { $0.full || $0.from <= 1 }
-        let since = files[(base.map { $0 + 1 } ?? 0)...]
-        guard since.count >= Self.compactionMinimumFiles else { return false }
-        let baseBytes = base.map { fileSize(files[$0].url) } ?? 0
-        return since.reduce(0) { $0 + fileSize($1.url) } > max(baseBytes, Self.compactionMinimumBytes)
-    }
 
     private func fileSize(_ url: URL) -> Int {
         ((try? FileManager.default.attributesOfItem(atPath: url.path))?[.size] as? NSNumber)?.intValue ?? 0
@@ -499,7 +714,7 @@ public struct RelayTransport: SyncTransport {
     /// for a source that never published on this relay (it would not answer, and its folder
     /// would count as a reader that never acknowledges, holding back every clean-up), nor when
     /// the relay is unavailable (the request would recreate its directory locally).
-    public func requestFullSnapshot(from source: RecordID, for engine: SyncEngine) throws {
+    public func requestFullSnapshot(from source: RecordID, for engine: SyncEngine) async throws {
         try checkAvailable()
         var isDirectory: ObjCBool = false
         guard FileManager.default.fileExists(atPath: folder(source).path, isDirectory: &isDirectory), isDirectory.boolValue else { return }
@@ -526,27 +741,21 @@ public struct RelayTransport: SyncTransport {
         return (time, parts.count > 1 ? RecordID(string: String(parts[1])) : nil)
     }
 
-    /// Deletes this store's delta files that every reader has acknowledged, leaving out
-    /// readers of another family and readers silent for longer than `staleReaderAge`; the
-    /// newest file stays when a silent reader was left out, so that it finds the gap when it
-    /// comes back. With no reader of this family counted, nothing is deleted.
+    /// Deletes this store's delta files that a checkpoint holds (``checkpoints(of:pruning:)``:
+    /// a store that restores from the relay starts there) and every reader has acknowledged,
+    /// leaving out readers of another family and readers silent for longer than
+    /// `staleReaderAge`; the newest file stays when a silent reader was left out, so that it
+    /// finds the gap when it comes back (and the checkpoint that fills it).
     private func cleanUp(for engine: SyncEngine) throws {
         let mine = folder(engine.site)
         removeLeftoverTemporaryFiles(in: mine)
+        let covered = coverage(of: checkpoints(of: engine.family))[engine.site] ?? 0
+        guard covered > 0 else { return }
         let readers = readers(of: engine)
+        let acknowledged = readers.counted == 0 ? UInt64.max : readers.acknowledged
         let files = deltas(of: mine)
-        // No reader at all, or only readers of other families: keep everything for the
-        // family's readers to come, except what a full snapshot supersedes (they start
-        // from it: see ``compactionDue(for:)``).
-        if readers.counted == 0 && !readers.staleBehind {
-            guard let full = files.last(where: \.full) else { return }
-            for file in files where file.to <= full.to && file.url != full.url {
-                try? FileManager.default.removeItem(at: file.url)
-            }
-            return
-        }
         let newest = files.max { $0.to < $1.to }?.url
-        for file in files where file.to <= readers.acknowledged && !(readers.staleBehind && file.url == newest) {
+        for file in files where file.to <= covered && file.to <= acknowledged && !(readers.staleBehind && file.url == newest) {
             try? FileManager.default.removeItem(at: file.url)
         }
     }

@@ -457,12 +457,8 @@ struct History: AsyncParsableCommand {
                 printLine(historyJSON(entry).text)
                 printed += 1
             }
-        } catch let error as CommandFailure {
-            fail(error.message)
-        } catch let error as StoreError {
-            fail(error.message)
         } catch {
-            fail("\(error)")
+            fail(error)
         }
     }
 }

@@ -20,7 +20,7 @@ struct DemoItem: Record {
     static let indexes: [RecordIndex<DemoItem>] = [.index(\.homeID), .index(\.homeID, \.category), .index(\.wearCount)]
 }
 
-struct Demo: ParsableCommand {
+struct Demo: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Run the built-in story on a store in a temporary directory and print what happens.")
 
@@ -31,25 +31,25 @@ struct Demo: ParsableCommand {
         guard (0...1_000_000).contains(items) else { throw ValidationError("--items must be 0...1000000, not \(items)") }
     }
 
-    func run() throws {
-        try runCommand {
+    func run() async throws {
+        try await runCommand {
             let temporary = directory == nil
             if let directory { try requireNewOrEmptyDirectory(directory) }
             let path = directory ?? FileManager.default.temporaryDirectory
                 .appendingPathComponent("stash-demo-\(UUID().uuidString.prefix(8))").path
             defer { if temporary { try? FileManager.default.removeItem(atPath: path) } }
-            try story(path)
+            try await story(path)
         }
     }
 
-    private func story(_ path: String) throws {
+    private func story(_ path: String) async throws {
         func say(_ text: String) { printLine(text) }
         say("== Stash demo: a home-inventory store in \(path)")
         let store = try Store.open(at: path, types: [DemoHome.self, DemoItem.self])
         let now = Date()
         let homes = ["Flat", "Cabin", "Studio"].map { DemoHome(name: $0, createdAt: now) }
         let categories = ["kitchen", "tools", "books", "garden"]
-        try store.write(author: "demo") { tx in
+        try store.write(author: "demo", isolation: #isolation) { tx in
             for (h, home) in homes.enumerated() {
                 try tx.insert(home)
                 for i in 0..<(items + h * 5) {
@@ -84,7 +84,7 @@ struct Demo: ParsableCommand {
             say("updated \(first.name): wearCount \(first.wearCount) → \(first.wearCount + 1)")
         }
         let cabinItems = try store.fetch(FetchDescriptor<DemoItem>(predicate: #Predicate { $0.homeID == flat }))
-        try store.write(author: "demo") { tx in
+        try store.write(author: "demo", isolation: #isolation) { tx in
             for item in cabinItems.prefix(3) { try tx.delete(DemoItem.self, id: item.id) }
         }
         say("deleted 3 Flat items: Flat now has \(try store.count(byHome, equals: flat)) items, \(try store.count(DemoItem.self)) in all")
@@ -99,8 +99,8 @@ struct Demo: ParsableCommand {
         }
         let stats = try store.statistics()
         say("store file: \(stats.fileSize / 1024) KiB, map \(stats.mapUsed / 1024) KiB used")
-        try syncStory(in: path, say: say)
-        try gatingStory(in: (path as NSString).appendingPathComponent("gating"), say: say)
+        try await syncStory(in: path, say: say)
+        try await gatingStory(in: (path as NSString).appendingPathComponent("gating"), say: say)
     }
 }
 

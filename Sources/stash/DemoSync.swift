@@ -3,7 +3,7 @@ import Stash
 import StashSync
 
 /// The demo's second act: two devices of one family edit concurrently and converge.
-func syncStory(in directory: String, say: (String) -> Void) throws {
+func syncStory(in directory: String, say: (String) -> Void) async throws {
     say("")
     say("== Sync: a phone and a tablet of one account, edited concurrently")
     let family = RecordID()
@@ -17,11 +17,11 @@ func syncStory(in directory: String, say: (String) -> Void) throws {
     let lamp = DemoItem(homeID: home.id, name: "Lamp", category: "living", wearCount: 0)
     let desk = DemoItem(homeID: home.id, name: "Desk", category: "office", wearCount: 0)
     let chair = DemoItem(homeID: home.id, name: "Chair", category: "office", wearCount: 0)
-    try phone.write { tx in
+    try phone.write(isolation: #isolation) { tx in
         try tx.insert(home)
         for item in [lamp, desk, chair] { try tx.insert(item) }
     }
-    let first = try phoneSync.sync(via: DirectTransport(to: tabletSync))
+    let first = try await phoneSync.sync(via: DirectTransport(to: tabletSync))
     say("phone → tablet: \(first)")
     say("tablet now has \(try tablet.count(DemoItem.self)) items")
 
@@ -35,7 +35,7 @@ func syncStory(in directory: String, say: (String) -> Void) throws {
     say("offline: phone renamed the lamp, tablet counted its uses; both recategorized the desk; tablet deleted the chair the phone was editing")
     say("pending on the phone: \(try phoneSync.status(peer: tablet.siteID))")
 
-    let second = try phoneSync.sync(via: DirectTransport(to: tabletSync))
+    let second = try await phoneSync.sync(via: DirectTransport(to: tabletSync))
     say("sync: \(second)")
     for (name, store) in [("phone", phone), ("tablet", tablet)] {
         let items = try store.fetch(FetchDescriptor<DemoItem>(sortBy: [SortDescriptor(\.name)]))

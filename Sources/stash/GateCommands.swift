@@ -27,7 +27,7 @@ struct Gate: ParsableCommand {
 /// (`--home-type`, default Home, at most `--max-homes`) and a child type (`--item-type`,
 /// default Item) counted per value of its parent field (`--parent-field`, default homeID, at
 /// most `--max-items` per parent). A limit whose type the store lacks is left out.
-struct GateOnStore: ParsableCommand {
+struct GateOnStore: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "on-store",
         abstract: "Entitlements and free-tier limits of a store: stash gate DIR VERB.",
@@ -104,11 +104,11 @@ struct GateOnStore: ParsableCommand {
         }
     }
 
-    func run() throws {
-        try runCommand {
+    func run() async throws {
+        try await runCommand {
             if verb == .demo {
                 try requireNewOrEmptyDirectory(directory)
-                try gatingStory(in: directory, say: printLine)
+                try await gatingStory(in: directory, say: printLine)
                 return
             }
             let expected = [.status: 0, .canCreate: 1, .create: 2, .applySnapshot: 1, .credits: 0, .spendCredit: 1][verb] ?? 0

@@ -21,7 +21,7 @@ struct GateDemoItem: Record {
 /// with three homes (view and edit allowed, creation denied), and spends credits on two
 /// devices that converge through sync. Stores go under `directory` (created if missing):
 /// gate-device-a and gate-device-b. `stash gate DIR demo` runs it on its own.
-func gatingStory(in directory: String, say: (String) -> Void) throws {
+func gatingStory(in directory: String, say: (String) -> Void) async throws {
     typealias Home = GateDemoHome
     typealias Item = GateDemoItem
     try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
@@ -72,7 +72,7 @@ func gatingStory(in directory: String, say: (String) -> Void) throws {
     say("refund (snapshot #2): \(downgrade)")
     let byHome = try store.index(\Item.homeID)
     say("  view: \(try store.count(Home.self)) homes, Flat has \(try store.count(byHome, equals: flat.id)) items (\(gate.check(.view)))")
-    try store.write { tx in
+    try store.write(isolation: #isolation) { tx in
         try gate.authorize(.edit, in: tx)
         try tx.update(Home.self, id: flat.id) { $0.name = "Flat (renamed)" }
     }
@@ -89,13 +89,13 @@ func gatingStory(in directory: String, say: (String) -> Void) throws {
     let spentA = try gate.spendCredit(operationID: "generate-1")
     let spentB = try gateB.spendCredit(operationID: "generate-2")
     say("device A spends one: \(spentA.remaining) left; device B spends one: \(spentB.remaining) left")
-    _ = try engineA.sync(via: DirectTransport(to: engineB))
-    _ = try engineB.sync(via: DirectTransport(to: engineA))
+    _ = try await engineA.sync(via: DirectTransport(to: engineB))
+    _ = try await engineB.sync(via: DirectTransport(to: engineA))
     say("after sync: A has \(gate.credits()), B has \(gateB.credits()) (3 free credits granted once, 2 spent)")
     say("replay of generate-1 on B: \(try gateB.spendCredit(operationID: "generate-1"))")
     _ = try gate.spendCredit(operationID: "generate-3")
     _ = try gateB.spendCredit(operationID: "generate-4")
-    _ = try engineA.sync(via: DirectTransport(to: engineB))
-    _ = try engineB.sync(via: DirectTransport(to: engineA))
+    _ = try await engineA.sync(via: DirectTransport(to: engineB))
+    _ = try await engineB.sync(via: DirectTransport(to: engineA))
     say("both spend the last credit offline, then sync: \(gate.creditBalance().map(\.description) ?? "?")")
 }

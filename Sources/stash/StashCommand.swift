@@ -44,16 +44,22 @@ struct CommandFailure: Error, CustomStringConvertible {
     var description: String { message }
 }
 
+/// ``runCommand(_:)`` for a body that awaits (a sync through a transport).
+func runCommand(_ body: () async throws -> Void) async throws {
+    do { try await body() } catch { fail(error) }
+}
+
 /// Runs a command body; any error becomes `stash: <message>` on stderr and exit code 1.
 func runCommand(_ body: () throws -> Void) throws {
-    do {
-        try body()
-    } catch let error as CommandFailure {
-        fail(error.message)
-    } catch let error as StoreError {
-        fail(error.message)
-    } catch {
-        fail("\(error)")
+    do { try body() } catch { fail(error) }
+}
+
+/// Ends the tool with `error` as one line: our errors by their message.
+func fail(_ error: any Error) -> Never {
+    switch error {
+    case let error as CommandFailure: fail(error.message)
+    case let error as StoreError: fail(error.message)
+    default: fail("\(error)")
     }
 }
 

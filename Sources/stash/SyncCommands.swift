@@ -50,26 +50,31 @@ func syncProgress() -> @Sendable (SyncProgress) -> Void {
     { progress in printError("\(progress)") }
 }
 
-struct Sync: ParsableCommand {
+struct Sync: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Exchange changes between two stores, or between a store and a relay directory.",
         discussion: """
         stash sync DIR_A DIR_B        both ways, directly
         stash sync DIR --relay RELAY  send to and fetch from a shared relay folder
         Stores of one family sync; the first sync gives both stores a family when neither has one.
+        A new store synced with a relay (--family, and --key-file for a family with a key)
+        restores the family's data from the relay's checkpoint and the files after it.
         """)
     @Argument(help: "The store directory.") var directory: String
     @Argument(help: "The other store directory (direct sync).") var other: String?
     @Option(help: "A relay directory shared by the stores (stands for a cloud container); it must exist.") var relay: String?
     @Option(help: "The family id to adopt (a UUID), for a store that has none.") var family: String?
+    @Flag(help: "With --relay: publish a checkpoint (the store's whole synced state) after the exchange, whether one is due or not.")
+    var checkpoint = false
     @OptionGroup var options: SyncOptions
 
     func validate() throws {
         guard (other == nil) != (relay == nil) else { throw ValidationError("give either a second store directory or --relay DIR") }
+        if checkpoint && relay == nil { throw ValidationError("--checkpoint goes with --relay (a direct peer keeps no checkpoints)") }
     }
 
-    func run() throws {
-        try runCommand {
+    func run() async throws {
+        try await runCommand {
             let key = try options.key()
             let store = try openExisting(directory)
             let wanted = try family.map(parseFamily)
@@ -86,7 +91,7 @@ struct Sync: ParsableCommand {
                 let a = try syncEngine(store, family: shared, key: key)
                 let b = try syncEngine(peerStore, family: shared, key: key)
                 let parkedBefore = Set(SyncEngine.parkedDeltas(of: peerStore))
-                let there = try a.sync(via: DirectTransport(to: b))
+                let there = try await a.sync(via: DirectTransport(to: b))
                 printLine("\(directory) → \(other): \(there)")
                 // What the peer parked (a type or field its schema lacks) it has not applied.
                 let parked = SyncEngine.parkedReasons(of: peerStore).filter { entry in !parkedBefore.contains(where: { entry.hasPrefix($0 + " ") }) }
@@ -101,9 +106,12 @@ struct Sync: ParsableCommand {
                 }
                 let engine = try syncEngine(store, family: wanted, key: key)
                 let transport = RelayTransport(directory: URL(fileURLWithPath: relay))
-                let report = try engine.sync(via: transport)
+                let report = try await engine.sync(via: transport)
                 printLine("\(directory) ⇄ relay \(relay): \(report)")
-                printLine("status: \(try engine.status(via: transport))")
+                if checkpoint, report.checkpointEntries == nil {
+                    printLine("published a checkpoint of \(try await engine.publishCheckpoint(via: transport)) record states")
+                }
+                printLine("status: \(try await engine.status(via: transport))")
                 try failOnRefusals(report)
             }
         }
@@ -201,7 +209,7 @@ struct Peers: ParsableCommand {
         try runCommand {
             // Read-only: looking at a copy must not give it a site of its own.
             let store = try openExisting(directory, readOnly: true)
-            let key = try SyncEngine.keyFingerprint(of: store).map { "sync key \($0)" } ?? "no sync key"
+            let key = try SyncEngine.keyFingerprint(of: store).map { "sync key \($0)" } ?? "no sync key (relay files unencrypted)"
             printLine("site \(store.siteID)  family \(try SyncEngine.family(of: store).map(\.description) ?? "none")  \(key)  sync preference \(store.syncPreferenceAtOpen ? "on" : "off")")
             guard try SyncEngine.family(of: store) != nil else { return }
             for peer in try SyncEngine.peers(of: store).sorted(by: { $0.site < $1.site }) {

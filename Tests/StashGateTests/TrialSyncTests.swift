@@ -8,14 +8,14 @@ import Testing
 /// The local trial follows the user: its start is a synced per-user record, the earliest
 /// start wins in a merge. It was per store: a reinstall or a second device started a fresh one.
 @Suite struct TrialSyncTests {
-    @Test func aSecondDeviceContinuesTheUsersTrialThroughARelay() throws {
+    @Test func aSecondDeviceContinuesTheUsersTrialThroughARelay() async throws {
         let trial: (inout GateConfiguration) -> Void = { $0.trialLength = 7 * 86_400 }
         // The user starts on A at day 0, installs on B at day 3.
         let devices = try CreditsSyncTests.TwoDevices(startA: instant(0), startB: instant(3 * day), trial)
         let (a, b) = (devices.a, devices.b)
         #expect(a.gate.trialStatus().endsAt == instant(7 * day))
         #expect(b.gate.trialStatus().endsAt == instant(10 * day), "offline, B counts from its own first launch")
-        try devices.sync()
+        try await devices.sync()
         b.gate.refresh()
         #expect(b.gate.trialStatus().endsAt == instant(7 * day), "B continues A's trial")
         #expect(a.gate.trialStatus().endsAt == instant(7 * day), "A keeps its own, the earliest")
@@ -30,8 +30,8 @@ import Testing
         let engineC = try SyncEngine(store: c.store, configuration: SyncConfiguration(family: devices.family, enabled: true))
         #expect(c.gate.trialStatus().state == .active)
         for _ in 0..<2 {
-            _ = try engineC.sync(via: RelayTransport(directory: devices.relayDirectory.url))
-            try devices.sync()
+            _ = try await engineC.sync(via: RelayTransport(directory: devices.relayDirectory.url))
+            try await devices.sync()
         }
         c.gate.refresh()
         #expect(c.gate.trialStatus().state == .expired && c.gate.trialStatus().endsAt == instant(7 * day), "\(c.gate.trialStatus())")

@@ -15,14 +15,14 @@ import StashTestSupport
 @Suite struct ConvergenceTests {
     static let progressEvery = 100
 
-    @Test func randomSchedulesConverge() throws {
+    @Test func randomSchedulesConverge() async throws {
         let schedules = Int(ProcessInfo.processInfo.environment["STASH_SYNC_SCHEDULES"] ?? "") ?? 2_000
         let base = UInt64(ProcessInfo.processInfo.environment["STASH_SYNC_SEED"] ?? "") ?? 20_261_122
         let start = ContinuousClock.now
         for n in 0..<UInt64(schedules) {
             let seed = base &+ n
             do {
-                try runSchedule(seed: seed)
+                try await runSchedule(seed: seed)
             } catch {
                 Issue.record("schedule with seed \(seed) failed: \(error) — rerun with STASH_SYNC_SEED=\(seed) STASH_SYNC_SCHEDULES=1")
                 return
@@ -40,7 +40,7 @@ import StashTestSupport
         var description: String { text }
     }
 
-    func runSchedule(seed: UInt64) throws {
+    func runSchedule(seed: UInt64) async throws {
         var rng = SeededGenerator(seed: seed)
         let dir = TemporaryDirectory("conv")
         let family = RecordID()
@@ -53,7 +53,7 @@ import StashTestSupport
         // One shared wallet, known everywhere before the random part.
         let wallet = Wallet()
         try devices[0].store.insert(wallet)
-        for i in 1..<count { try devices[0].sync(with: devices[i]) }
+        for i in 1..<count { try await devices[0].sync(with: devices[i]) }
         var expectedCredits: Int64 = 0
         var captured: [Data] = []
         var steps: [Step] = []
@@ -137,14 +137,14 @@ import StashTestSupport
             default:
                 let other = Int.random(in: 0..<count, using: &rng)
                 if Bool.random(using: &rng) {
-                    _ = try? device.engine.sync(via: relay)
+                    _ = try? await device.engine.sync(via: relay)
                     steps.append(Step(text: "d\(d) relay"))
                 } else if other != d {
                     let transport = DirectTransport(to: devices[other].engine)
                     switch Int.random(in: 0..<3, using: &rng) {
-                    case 0: _ = try? device.engine.sendChanges(via: transport)
-                    case 1: _ = try? device.engine.fetchChanges(via: transport)
-                    default: _ = try? device.engine.sync(via: transport)
+                    case 0: _ = try? await device.engine.sendChanges(via: transport)
+                    case 1: _ = try? await device.engine.fetchChanges(via: transport)
+                    default: _ = try? await device.engine.sync(via: transport)
                     }
                     steps.append(Step(text: "d\(d)→d\(other)"))
                 }
@@ -157,7 +157,7 @@ import StashTestSupport
         }
         for _ in 0..<2 {
             for i in 0..<count {
-                for j in 0..<count where i != j { try devices[i].sync(with: devices[j]) }
+                for j in 0..<count where i != j { try await devices[i].sync(with: devices[j]) }
             }
         }
         let reference = try canonicalDump(devices[0].store)
@@ -172,7 +172,7 @@ import StashTestSupport
             if total != expectedCredits {
                 throw ScheduleFailure(reason: "d\(d) credits \(String(describing: total)), expected \(expectedCredits); steps: \(steps)")
             }
-            if try devices[d].store.count(DeviceSecret.self) != (try devices[d].store.read { try $0.count(typeNamed: "DeviceSecret") }) {
+            if try devices[d].store.count(DeviceSecret.self) != (try devices[d].store.read(isolation: #isolation) { try $0.count(typeNamed: "DeviceSecret") }) {
                 throw ScheduleFailure(reason: "local-only count mismatch")
             }
         }

@@ -34,7 +34,7 @@ import Testing
 @Suite("DeltaFuzz")
 struct DeltaFuzzTests {
     @Test("Mutated, correctly signed deltas: no crash, refusals change nothing, what applies verifies")
-    func mutatedSignedDeltas() throws {
+    func mutatedSignedDeltas() async throws {
         let environment = ProcessInfo.processInfo.environment
         let seed = UInt64(environment["STASH_FUZZ_SEED"] ?? "") ?? 34_005
         let count = Int(environment["STASH_FUZZ_ITERATIONS"] ?? "") ?? 100_000
@@ -42,7 +42,7 @@ struct DeltaFuzzTests {
         let shards = min(max(Int(environment["STASH_FUZZ_SHARDS"] ?? "") ?? 2, 1), FuzzCrashNote.shards)
         let skip = try FuzzSkipClass.parse(environment["STASH_FUZZ_SKIP"] ?? "")
         let log = environment["STASH_FUZZ_LOG"] != nil
-        let corpus = try FuzzCorpus()
+        let corpus = try await FuzzCorpus()
         let started = Date()
         // The iterations split in `shards` stretches, each run on a thread of its own with
         // receiving stores of its own (a replay gives STASH_FUZZ_SHARDS=1).

@@ -424,20 +424,20 @@ struct Creme: Record, Equatable {
     /// the index entries are written (unique types write them first), and the merge then loads
     /// the record and writes again. Nothing of the refused attempt may stay: the index holds
     /// the merged value once, the old one no more, and `verify` finds nothing wrong.
-    @Test func aMergeOverAUniqueRecordWithoutVersionsLeavesItsIndexExact() throws {
+    @Test func aMergeOverAUniqueRecordWithoutVersionsLeavesItsIndexExact() async throws {
         for changesKind in [true, false] {
             let dir = TemporaryDirectory()
             let a = try Device.open(dir.sub("a"), family: family)
             let b = try Device.open(dir.sub("b"), family: family)
             let profile = UserProfile(kind: "k1", displayName: "first")
             try a.store.insert(profile)
-            try a.sync(with: b)
+            try await a.sync(with: b)
             try Self.replaceVersions(of: profile.id, in: b.path, with: nil)
             let updated = try a.store.update(UserProfile.self, id: profile.id) { p in
                 p.displayName = "second"
                 if changesKind { p.kind = "k2" }
             }
-            try a.sync(with: b)
+            try await a.sync(with: b)
             let context = changesKind ? "kind changed" : "kind kept"
             #expect(try b.store.get(UserProfile.self, id: profile.id) == updated, "\(context)")
             #expect(try b.store.count(UserProfile.self) == 1, "\(context)")
@@ -485,7 +485,7 @@ struct Creme: Record, Equatable {
             #expect(try b.store.count(Note.self) == count, "cancelled after \(delay) ms: the sync went on after its task ended")
             let received = try b.engine.peers().first { $0.site == a.store.siteID.description }?.receivedThrough ?? 0
             #expect((count == 1_500) == (received > 0), "cancelled after \(delay) ms: \(count) notes, watermark \(received)")
-            try b.sync(with: a)
+            try await b.sync(with: a)
             #expect(try canonicalDump(b.store) == all, "cancelled after \(delay) ms, synced again")
         }
     }
@@ -550,7 +550,7 @@ struct Creme: Record, Equatable {
     /// records emptied, deleted and inserted again, most records at once (deltas of 512 entries
     /// or more, streamed). After an exchange in either order both hold the same state of every
     /// record, field by field, versions included.
-    @Test func concurrentEditsOfWideRecordsConvergeInEitherOrder() throws {
+    @Test func concurrentEditsOfWideRecordsConvergeInEitherOrder() async throws {
         let types: [any Record.Type] = syncTypes + [Wide.self]
         let frozen = Date()
         for seed in UInt64(1)...4 {
@@ -566,7 +566,7 @@ struct Creme: Record, Equatable {
             }
             let a = try open("a"), b = try open("b")
             var ids: [RecordID] = []
-            try a.store.write { tx in
+            try a.store.write(isolation: #isolation) { tx in
                 for n in 0..<600 {
                     var wide = Wide()
                     if n % 7 != 0 { wide.scramble(Double.random(in: 0...1, using: &rng), &rng) }
@@ -575,7 +575,7 @@ struct Creme: Record, Equatable {
                     if n % 50 == 0 { try tx.insert(Note(title: "n\(n)", body: "")) }
                 }
             }
-            try a.sync(with: b)
+            try await a.sync(with: b)
             func compare(_ context: String) throws {
                 #expect(try canonicalDump(a.store, types: ["Wide", "Note"]) == canonicalDump(b.store, types: ["Wide", "Note"]), "seed \(seed), \(context)")
                 for type in ["Wide", "Note"] {
@@ -600,7 +600,7 @@ struct Creme: Record, Equatable {
                     for _ in 0..<writes {
                         let share = [0.02, 0.3, 1.0].randomElement(using: &rng)!
                         let fieldShare = Double.random(in: 0...0.5, using: &rng)
-                        try device.store.write { tx in
+                        try device.store.write(isolation: #isolation) { tx in
                             for id in ids where Double.random(in: 0..<1, using: &rng) < share {
                                 switch Int.random(in: 0..<20, using: &rng) {
                                 case 0: try tx.delete(Wide.self, id: id)
@@ -616,12 +616,12 @@ struct Creme: Record, Equatable {
                     }
                 }
                 if Bool.random(using: &rng) {
-                    try a.sync(with: b)
-                    try a.sync(with: b)
+                    try await a.sync(with: b)
+                    try await a.sync(with: b)
                     try compare("round \(round), a with b")
                 } else {
-                    try b.sync(with: a)
-                    try b.sync(with: a)
+                    try await b.sync(with: a)
+                    try await b.sync(with: a)
                     try compare("round \(round), b with a")
                 }
             }

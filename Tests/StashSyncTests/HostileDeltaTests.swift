@@ -20,13 +20,13 @@ struct Household: Record, Equatable {
     let key = try! SyncKey(Array("the family's shared sync key!".utf8))
 
     /// A source and a receiver of the same schema, the receiver holding one household already.
-    func pair(_ dir: TemporaryDirectory) throws -> (source: Device, receiver: Device, home: Household) {
+    func pair(_ dir: TemporaryDirectory) async throws -> (source: Device, receiver: Device, home: Household) {
         let source = try Device.open(dir.sub("source"), family: family, key: key, types: [Household.self])
         let receiver = try Device.open(dir.sub("receiver"), family: family, key: key, types: [Household.self])
         var home = Household(name: "flat")
         home.credits.add(3, site: source.store.siteID)
         try source.store.insert(home)
-        try source.sync(with: receiver)
+        try await source.sync(with: receiver)
         return (source, receiver, home)
     }
 
@@ -56,9 +56,9 @@ struct Household: Record, Equatable {
     /// a field (`Household.extra`, or one named `id`) to the stored schema, store a household
     /// without its required name, and store counter values `put` refuses; a NaN date in a
     /// counter killed the importer (SIGILL, formatting the error message).
-    @Test func whatNoReplicaWritesIsRefusedWholeAndChangesNothing() throws {
+    @Test func whatNoReplicaWritesIsRefusedWholeAndChangesNothing() async throws {
         let dir = TemporaryDirectory()
-        let (source, receiver, home) = try pair(dir)
+        let (source, receiver, home) = try await pair(dir)
         let next = Version(clock: UInt64(Date().timeIntervalSince1970 * 1000) << 16, site: source.store.siteID)
         func counter(_ sites: FieldValue) -> FieldValue { .map(["sites": sites]) }
         let site = source.store.siteID.description
@@ -104,16 +104,16 @@ struct Household: Record, Equatable {
 
     /// A field the schema does not declare, sent with the receiver's own schema fingerprint,
     /// is carried (kept with its version and sent on), never added to the schema.
-    @Test func aFieldTheSchemaLacksIsCarriedNeverAddedToTheSchema() throws {
+    @Test func aFieldTheSchemaLacksIsCarriedNeverAddedToTheSchema() async throws {
         let dir = TemporaryDirectory()
-        let (source, receiver, home) = try pair(dir)
+        let (source, receiver, home) = try await pair(dir)
         let schema = receiver.store.schema
         let next = Version(clock: UInt64(Date().timeIntervalSince1970 * 1000) << 16 + 1, site: source.store.siteID)
         let data = try forged(source, receiver, home, fullSnapshot: true) { $0.fields["extra"] = FieldState(value: .int(42), version: next) }
         #expect(try receiver.engine.apply(data) == .applied(entries: 1, changed: 1))
         #expect(receiver.store.schema == schema)
-        #expect(try receiver.store.read { $0.schema } == schema)
-        #expect(try receiver.store.read { try $0.recordState(typeNamed: "Household", id: home.id) }.fields["extra"]?.value == .int(42))
+        #expect(try receiver.store.read(isolation: #isolation) { $0.schema } == schema)
+        #expect(try receiver.store.read(isolation: #isolation) { try $0.recordState(typeNamed: "Household", id: home.id) }.fields["extra"]?.value == .int(42))
         #expect(try receiver.store.get(Household.self, id: home.id) == home)
         #expect(try receiver.store.verify().isClean)
     }
@@ -122,9 +122,9 @@ struct Household: Record, Equatable {
     /// command) was not given the key: it remembers the key's fingerprint, and the error says
     /// which key is needed. Before, an unsigned delta was accepted when `--key-file` was left
     /// out.
-    @Test func aStoreRemembersThatItsFamilyAuthenticates() throws {
+    @Test func aStoreRemembersThatItsFamilyAuthenticates() async throws {
         let dir = TemporaryDirectory()
-        let (source, receiver, home) = try pair(dir)
+        let (source, receiver, home) = try await pair(dir)
         #expect(try SyncEngine.keyFingerprint(of: receiver.store) == key.fingerprint)
         try source.store.update(Household.self, id: home.id) { $0.name = "house" }
         let unsigned = try source.engine.makeDelta(for: receiver.store.siteID).encoded()

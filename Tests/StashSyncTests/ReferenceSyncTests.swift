@@ -63,18 +63,18 @@ struct Picture: Record, Equatable {
     }
 
     /// Brings `deleter` and `adder` together the `way` given, until both hold everything.
-    private func exchange(_ deleter: Device, _ adder: Device, _ way: Way, relay: URL) throws {
+    private func exchange(_ deleter: Device, _ adder: Device, _ way: Way, relay: URL) async throws {
         switch way {
         case .directFromDeleter:
-            try deleter.sync(with: adder)
-            try deleter.sync(with: adder)
+            try await deleter.sync(with: adder)
+            try await deleter.sync(with: adder)
         case .directFromAdder:
-            try adder.sync(with: deleter)
-            try adder.sync(with: deleter)
+            try await adder.sync(with: deleter)
+            try await adder.sync(with: deleter)
         case .relayDeleterFirst, .relayAdderFirst:
             let order = way == .relayDeleterFirst ? [deleter, adder] : [adder, deleter]
             for _ in 0..<2 {
-                for device in order { try device.engine.sync(via: RelayTransport(directory: relay)) }
+                for device in order { try await device.engine.sync(via: RelayTransport(directory: relay)) }
             }
         }
     }
@@ -102,31 +102,31 @@ struct Picture: Record, Equatable {
     /// taken of it, and a lease signed for it) on another: after both sync, the belonging
     /// and the lease are gone and the picture names no dwelling, on both, in every order of
     /// the exchanges.
-    @Test(arguments: Way.allCases) func aParentDeletedWhileAChildIsAddedElsewhereLeavesNoOrphan(way: Way) throws {
+    @Test(arguments: Way.allCases) func aParentDeletedWhileAChildIsAddedElsewhereLeavesNoOrphan(way: Way) async throws {
         let dir = TemporaryDirectory()
         let (deleter, adder, relay) = try pair(in: dir)
         let flat = Dwelling(name: "Flat"), barn = Dwelling(name: "Barn")
         let kept = Belonging(dwellingID: flat.id, name: "Lamp")
-        try deleter.store.write { tx in
+        try await deleter.store.write { tx in
             try tx.insert(flat)
             try tx.insert(barn)
             try tx.insert(kept)
             try tx.insert(Belonging(dwellingID: barn.id, name: "Saw"))
         }
-        try deleter.sync(with: adder)
+        try await deleter.sync(with: adder)
         #expect(try adder.store.count(Belonging.self) == 2)
         // Offline: one device deletes the flat (its lamp goes with it), the other adds to it.
         try deleter.store.delete(Dwelling.self, id: flat.id)
         #expect(try deleter.store.count(Belonging.self) == 1)
         let added = Belonging(dwellingID: flat.id, name: "Desk")
         let photo = Picture(dwellingID: flat.id, caption: "the flat")
-        try adder.store.write { tx in
+        try await adder.store.write { tx in
             try tx.insert(added)
             try tx.insert(photo)
             try tx.insert(Lease(dwellingID: flat.id, tenant: "Ann"))
             try tx.update(Belonging.self, id: kept.id) { $0.name = "Brass lamp" }
         }
-        try exchange(deleter, adder, way, relay: relay)
+        try await exchange(deleter, adder, way, relay: relay)
         try expectNoOrphans([deleter, adder], way)
         for device in [deleter, adder] {
             #expect(try device.store.get(Dwelling.self, id: flat.id) == nil, "\(way)")
@@ -140,20 +140,20 @@ struct Picture: Record, Equatable {
     /// The same logical dwelling created on two devices (a unique clash the merge settles):
     /// the belongings of the one removed move to the one kept, on both devices.
     @Test(arguments: [Way.directFromDeleter, .relayDeleterFirst, .relayAdderFirst])
-    func theChildrenOfARecordRemovedForAUniqueClashMoveToTheOneKept(way: Way) throws {
+    func theChildrenOfARecordRemovedForAUniqueClashMoveToTheOneKept(way: Way) async throws {
         let dir = TemporaryDirectory()
         let (a, b, relay) = try pair(in: dir)
         let first = Dwelling(name: "Flat"), second = Dwelling(name: "Flat")
         let (small, large) = first.id < second.id ? (first, second) : (second, first)
-        try a.store.write { tx in
+        try await a.store.write { tx in
             try tx.insert(large)
             try tx.insert(Belonging(dwellingID: large.id, name: "Lamp"))
         }
-        try b.store.write { tx in
+        try await b.store.write { tx in
             try tx.insert(small)
             try tx.insert(Belonging(dwellingID: small.id, name: "Desk"))
         }
-        try exchange(a, b, way, relay: relay)
+        try await exchange(a, b, way, relay: relay)
         try expectNoOrphans([a, b], way)
         for device in [a, b] {
             #expect(try device.store.fetch(FetchDescriptor<Dwelling>()).map(\.id) == [small.id], "\(way)")

@@ -236,4 +236,30 @@ import StashTestSupport
         #expect(wrongStore.status == 1, "\(wrongStore.stdout)")
         #expect(try stash("peers", c).stdout.contains("family none"), "the refused import adopted the family")
     }
+
+    /// Every device of a family gone, a new one restores from the relay alone: the family id,
+    /// the key file and the relay directory (before: 0 records once the relay was read).
+    @Test func aNewDeviceRestoresFromTheRelayOnTheCommandLine() throws {
+        let dir = TemporaryDirectory("sync-cli-restore")
+        let a = try makeStore(dir, "a"), b = try makeStore(dir, "b")
+        let relay = dir.sub("relay")
+        try FileManager.default.createDirectory(atPath: relay, withIntermediateDirectories: true)
+        let keyFile = dir.sub("family.key")
+        try Data((0..<32).map { UInt8($0 * 7 % 256) }).write(to: URL(fileURLWithPath: keyFile))
+        let family = RecordID().description
+        for n in 0..<3 { #expect(try stash("put", a, "Note", #"{"title": "n\#(n)"}"#).status == 0) }
+        #expect(try stash("sync", a, "--relay", relay, "--family", family, "--key-file", keyFile).status == 0)
+        #expect(try stash("sync", b, "--relay", relay, "--family", family, "--key-file", keyFile).status == 0)
+        let published = try stash("sync", a, "--relay", relay, "--key-file", keyFile, "--checkpoint")
+        #expect(published.status == 0 && published.stdout.contains("checkpoint of 3 record states"), "\(published.stdout) \(published.stderr)")
+        for _ in 0..<2 { for store in [a, b] { #expect(try stash("sync", store, "--relay", relay, "--key-file", keyFile).status == 0) } }
+        try FileManager.default.removeItem(atPath: a)
+        try FileManager.default.removeItem(atPath: b)
+        let fresh = try makeStore(dir, "fresh")
+        let restore = try stash("sync", fresh, "--relay", relay, "--family", family, "--key-file", keyFile)
+        #expect(restore.status == 0, "\(restore.stderr)")
+        #expect(restore.stdout.contains("received 3"), "\(restore.stdout)")
+        #expect(try stash("count", fresh, "Note").stdout == "3\n")
+        #expect(try stash("verify", fresh).status == 0)
+    }
 }

@@ -18,7 +18,7 @@ import StashTestSupport
         #expect(try b.store.count(Note.self) == 1)
         try a.store.close()
         await background.value   // ends by itself, without a cancel
-        let error = #expect(throws: StoreError.self) { try a.engine.sync(via: DirectTransport(to: b.engine)) }
+        let error = await #expect(throws: StoreError.self) { try await a.engine.sync(via: DirectTransport(to: b.engine)) }
         #expect(error?.code == .closed)
         #expect(try b.store.count(Note.self) == 1)
     }

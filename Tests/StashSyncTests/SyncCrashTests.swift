@@ -11,11 +11,11 @@ import StashTestSupport
         try StashExecutable.start(arguments).0
     }
 
-    @Test func killedImportsAndRelayExportsLeaveConsistentStores() throws {
+    @Test func killedImportsAndRelayExportsLeaveConsistentStores() async throws {
         let dir = TemporaryDirectory("crash")
         let family = RecordID()
         let a = try Device.open(dir.sub("a"), family: family)
-        try a.store.write { tx in
+        try a.store.write(isolation: #isolation) { tx in
             for n in 0..<3000 { try tx.insert(Note(title: "note \(n)", body: String(repeating: "x", count: 100))) }
         }
         // An empty receiver in the family, copied fresh for every round.
@@ -62,8 +62,8 @@ import StashTestSupport
             }
         }
         let reader = try Device.open(dir.sub("reader"), family: family)
-        try a.engine.sync(via: RelayTransport(directory: relay))
-        try reader.engine.sync(via: RelayTransport(directory: relay))
+        try await a.engine.sync(via: RelayTransport(directory: relay))
+        try await reader.engine.sync(via: RelayTransport(directory: relay))
         #expect(try canonicalDump(reader.store) == canonicalDump(a.store))
     }
 }

@@ -121,8 +121,8 @@ struct Device {
 
     /// Both ways, directly.
     @discardableResult
-    func sync(with other: Device) throws -> SyncReport {
-        try engine.sync(via: DirectTransport(to: other.engine))
+    func sync(with other: Device) async throws -> SyncReport {
+        try await engine.sync(via: DirectTransport(to: other.engine))
     }
 }
 
@@ -169,17 +169,19 @@ final class ThreadRecordingTransport: SyncTransport, @unchecked Sendable {
     }
 
     var peer: RecordID? { relay.peer }
-    func deliver(_ data: Data, delta: Delta, from engine: SyncEngine) throws { try relay.deliver(data, delta: delta, from: engine) }
-    func incoming(for engine: SyncEngine) throws -> [IncomingDelta] {
-        let task = withUnsafeCurrentTask { $0 != nil }
-        let name = (try? String(contentsOfFile: "/proc/thread-self/comm", encoding: .utf8))?.trimmingCharacters(in: .newlines) ?? "?"
+    func deliver(_ data: Data, delta: Delta, from engine: SyncEngine) async throws { try await relay.deliver(data, delta: delta, from: engine) }
+    func incoming(for engine: SyncEngine) async throws -> [IncomingDelta] {
+        note(inTask: withUnsafeCurrentTask { $0 != nil },
+             name: (try? String(contentsOfFile: "/proc/thread-self/comm", encoding: .utf8))?.trimmingCharacters(in: .newlines) ?? "?")
+        return try await relay.incoming(for: engine)
+    }
+    private func note(inTask task: Bool, name: String) {
         lock.lock()
         inTask.append(task)
         names.append(name)
         lock.unlock()
-        return try relay.incoming(for: engine)
     }
-    func fullSnapshotRequested(by engine: SyncEngine) throws -> Bool { try relay.fullSnapshotRequested(by: engine) }
-    func requestFullSnapshot(from source: RecordID, for engine: SyncEngine) throws { try relay.requestFullSnapshot(from: source, for: engine) }
-    func watermarkSite(for engine: SyncEngine) throws -> String { try relay.watermarkSite(for: engine) }
+    func fullSnapshotRequested(by engine: SyncEngine) async throws -> Bool { try await relay.fullSnapshotRequested(by: engine) }
+    func requestFullSnapshot(from source: RecordID, for engine: SyncEngine) async throws { try await relay.requestFullSnapshot(from: source, for: engine) }
+    func watermarkSite(for engine: SyncEngine) async throws -> String { try await relay.watermarkSite(for: engine) }
 }

@@ -7,3 +7,13 @@ public func thrownError(_ body: () throws -> Void) -> (any Error)? {
         return error
     }
 }
+
+/// The error `body` throws, or nil (for a body that awaits).
+public func thrownError(_ body: () async throws -> Void) async -> (any Error)? {
+    do {
+        try await body()
+        return nil
+    } catch {
+        return error
+    }
+}
