@@ -13,6 +13,8 @@ final class Catalog: Sendable {
     let carried: CarriedSchema
     /// The name of each tag of ``CarriedSchema/types``.
     let carriedNamesByTag: [UInt16: String]
+    /// Per parent type, the references to it (``RecordReference``); empty for none.
+    let incomingReferences: [String: [IncomingReference]]
 
     /// The name of the type whose states are kept under `tag`: a type of the schema, or one
     /// carried (or carried once, and declared since); nil for neither.
@@ -28,6 +30,7 @@ final class Catalog: Sendable {
         self.generation = generation
         self.carried = carried
         carriedNamesByTag = Dictionary(carried.types.map { ($0.value, $0.key) }, uniquingKeysWith: { a, _ in a })
+        incomingReferences = Self.incomingReferences(of: schema)
         var byName: [String: TypeLayout] = [:], byTag: [UInt16: TypeLayout] = [:]
         for type in schema.types {
             let layout = TypeLayout(type)

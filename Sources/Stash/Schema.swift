@@ -33,6 +33,9 @@ public struct TypeSchema: Codable, Sendable, Equatable {
     public var localOnly: Bool
     /// The highest index tag ever given, so a dropped index's tag is never reused.
     public var lastIndexTag: UInt16?
+    /// Its fields that refer to parent records, with their delete rules (``RecordReference``);
+    /// nil for none.
+    public var references: [ReferenceDeclaration]?
 
     public func field(named name: String) -> FieldSchema? { fields.first { $0.name == name } }
     public func field(tagged tag: UInt16) -> FieldSchema? { fields.first { $0.tag == tag } }
@@ -133,6 +136,9 @@ public struct TypeDeclaration: Codable, Sendable {
     /// Values for fields missing in stored records (fields added later). In JSON, a field's
     /// `"default"` (a value of its kind, as `stash put` reads one).
     public var defaults: [String: FieldValue]
+    /// Its fields that refer to parent records (``RecordReference``), replacing the stored
+    /// ones; nil (a schema file without `"references"`) keeps what the store has.
+    public var references: [ReferenceDeclaration]?
     /// A schema file that does not say `localOnly` keeps what the store has: a local-only
     /// type turns synced (and its records start to leave the device) only when asked.
     var keepsStoredLocalOnly = false
@@ -153,7 +159,7 @@ public struct TypeDeclaration: Codable, Sendable {
         self.defaults = defaults
     }
 
-    enum CodingKeys: String, CodingKey, CaseIterable { case name, fields, indexes, localOnly }
+    enum CodingKeys: String, CodingKey, CaseIterable { case name, fields, indexes, localOnly, references }
 
     public init(from decoder: any Decoder) throws {
         try refuseUnknownKeys(decoder, CodingKeys.self)
@@ -161,6 +167,7 @@ public struct TypeDeclaration: Codable, Sendable {
         name = try c.decode(String.self, forKey: .name)
         fields = try c.decodeIfPresent([FieldDeclaration].self, forKey: .fields) ?? []
         indexes = try c.decodeIfPresent([IndexDeclaration].self, forKey: .indexes) ?? []
+        references = try c.decodeIfPresent([ReferenceDeclaration].self, forKey: .references)
         let given = try c.decodeIfPresent(Bool.self, forKey: .localOnly)
         localOnly = given ?? false
         keepsStoredLocalOnly = given == nil
@@ -187,6 +194,7 @@ public struct TypeDeclaration: Codable, Sendable {
         // Left out when the declaration keeps the stored flag (as a schema file without it
         // does): written, it would turn a local-only type synced once read back.
         if !keepsStoredLocalOnly { try c.encode(localOnly, forKey: .localOnly) }
+        try c.encodeIfPresent(references, forKey: .references)
     }
 }
 
@@ -370,7 +378,7 @@ private struct SchemaFileKey: CodingKey {
 
 /// Throws `DecodingError.dataCorrupted` at the first key of the object being decoded that
 /// `Keys` does not name.
-private func refuseUnknownKeys<Keys: CodingKey & CaseIterable>(_ decoder: any Decoder, _ keys: Keys.Type) throws {
+func refuseUnknownKeys<Keys: CodingKey & CaseIterable>(_ decoder: any Decoder, _ keys: Keys.Type) throws {
     let container = try decoder.container(keyedBy: SchemaFileKey.self)
     let known = Keys.allCases.map(\.stringValue)
     if let stray = container.allKeys.first(where: { !known.contains($0.stringValue) }) {

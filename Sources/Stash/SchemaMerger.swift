@@ -56,7 +56,8 @@ struct SchemaMerger {
         try txn.put(dbs.meta, key: MetaKey.schemaGeneration, uint64: generation)
     }
 
-    func run(_ declaration: SchemaDeclaration) throws -> Result {
+    func run(_ declared: SchemaDeclaration) throws -> Result {
+        let declaration = declared.indexingReferences()   // children are found through an index
         let (storeID, siteID) = try identity()
         let generation = try txn.uint64(dbs.meta, key: MetaKey.schemaGeneration) ?? 0
         let stored = try Self.loadSchema(txn, dbs, path) ?? StoreSchema()
@@ -81,6 +82,7 @@ struct SchemaMerger {
         // thousands of types quadratic); the others are merged one by one.
         let added = try addNewTypes(declaration.types, into: context)
         for type in declaration.types where !added.contains(type.name) { try merge(type, into: context) }
+        try Self.mergeReferences(declaration, into: context, path: path)
         try context.finish()
         let (copiedFrom, preference) = try Self.storedOrigins(txn, dbs)
         return Result(storeID: storeID, siteID: siteID, copiedFrom: copiedFrom, catalog: context.catalog, syncPreference: preference,

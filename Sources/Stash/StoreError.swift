@@ -62,6 +62,14 @@ public struct StoreError: Error, CustomStringConvertible, Sendable {
         /// store that must be upgraded first, or an open for writing of a store this process
         /// has open read-only.
         public static let readOnly = Code("readOnly")
+        /// The store was closed (``Store/close()``): open it again to go on.
+        public static let closed = Code("closed")
+        /// A record refers to a parent that does not exist (a ``RecordReference`` field naming a
+        /// record its parent type does not hold).
+        public static let parentNotFound = Code("parentNotFound")
+        /// A delete was refused because records refer to the record through a reference whose
+        /// rule is ``DeleteRule/deny``.
+        public static let deleteDenied = Code("deleteDenied")
     }
 
     /// What went wrong, to switch on.

@@ -66,6 +66,7 @@ final class WriteContext: FieldTagResolver {
                   siteID: store.siteID, author: author, now: store.now)
         keptUniqueIndexes = store.keptUniqueIndexes
         recordTypes = store.recordTypes
+        referenceTracker.enabled = true
         if let indexes = store.recentCounts.keptIndexes {
             recentCounts = store.recentCounts
             // A kept index another open dropped (`dropsUndeclaredIndexes`) has no entries for
@@ -93,6 +94,8 @@ final class WriteContext: FieldTagResolver {
     var keptUniqueIndexes: Set<String> = []
     /// The app's Swift types by record type name (``Store/recordTypes``).
     var recordTypes: [String: any Record.Type] = [:]
+    /// The references this transaction must check or apply when it ends (``RecordReference``).
+    @exclusivity(unchecked) var referenceTracker = ReferenceTracker()
 
     // MARK: Clock
 
@@ -330,6 +333,7 @@ final class WriteContext: FieldTagResolver {
         let key = StoreKeys.record(type.tag, id)
         if mode == .insert, merged == nil, origin == nil, !absent, !type.indexes.contains(where: \.unique),
            try insertNew(layout, id: id, key: key, record: new) {
+            noteReferenceWrite(type, id: id, changedTags: [], inserted: true, merged: false)
             return true
         }
         // `absent`: the caller has just seen that neither a record nor versions exist.
@@ -413,6 +417,7 @@ final class WriteContext: FieldTagResolver {
             try txn.put(dbs.versions, key: key, value: scratch.bytes)
         }
         changes.append(.init(typeTag: type.tag, id: id, operation: old == nil ? .insert : .update, fieldTags: tags, origin: origin))
+        noteReferenceWrite(type, id: id, changedTags: tags, inserted: old == nil, merged: merged != nil)
         return true
     }
 
@@ -594,6 +599,7 @@ final class WriteContext: FieldTagResolver {
         try txn.put(dbs.versions, key: key, value: versions.encoded())
         countDeltas[type.tag, default: 0] -= 1
         changes.append(.init(typeTag: type.tag, id: id, operation: .delete, fieldTags: [], origin: origin))
+        if merged != nil { noteMergedDelete(type, id: id) }
         return true
     }
 
@@ -992,7 +998,10 @@ final class WriteContext: FieldTagResolver {
                 let values = try unique.map { try uniqueValue($0, layout, record) }
                 let holders = values.indices.map { position in values[position].flatMap { kept[position][$0] } }
                 if let position = holders.firstIndex(where: { $0 != nil }), let holder = holders[position] {
-                    if removing { try remove(layout, id: id) }
+                    if removing {
+                        try remove(layout, id: id)
+                        noteClashRemoval(type, removed: id, kept: holder)
+                    }
                     settled.append(UniqueClash(type: type, removed: id, kept: holder, index: unique[position].name))
                 } else {
                     for (position, value) in values.enumerated() { if let value { kept[position][value] = id } }
@@ -1100,6 +1109,7 @@ final class WriteContext: FieldTagResolver {
     /// Flushes counts, the schema (when it grew) and this transaction's history entry.
     func finish() throws {
         try settleMergedUniqueClashes()
+        try applyReferenceRules()   // after the clashes: their removed records' children move
         var totals: [(typeTag: UInt16, count: Int)] = []
         for (tag, delta) in countDeltas where delta != 0 {
             let key = StoreKeys.count(tag)

@@ -46,7 +46,7 @@ public final class Environment: @unchecked Sendable {
     let gate = TransactionGate()
     let writer = WriterLock()
     private let queue = WriteQueue()
-    private let pool: ReaderPool
+    let pool: ReaderPool
     /// Where the data file is mapped, to check values before they are copied.
     let bounds = MapBounds()
     private let writesSinceReaderCheck = Atomic<Int>(0)
@@ -54,6 +54,8 @@ public final class Environment: @unchecked Sendable {
     /// LMDB has unmapped it, and any transaction would read freed memory. Every later
     /// operation throws ``LMDBError/Code/mapLost`` instead.
     private let unmapped = Atomic<Bool>(false)
+    /// Who uses the environment, and whether it was closed (see ``retainHandle()``).
+    let lifecycle = EnvironmentLifecycle()
 
     // MARK: Opening
 
@@ -133,6 +135,7 @@ public final class Environment: @unchecked Sendable {
     /// The durability commits have now: the strongest any opener of this directory in this
     /// process asked for (see ``raiseDurability(to:)``).
     public var durability: Durability {
+        if lifecycle.isClosed { return configuration.durability }
         var flags: UInt32 = 0
         mdb_env_get_flags(env, &flags)
         if flags & UInt32(MDB_NOSYNC) != 0 { return .none }
@@ -330,6 +333,8 @@ public final class Environment: @unchecked Sendable {
     }
 
     deinit {
+        // Closed already (``releaseHandle()``): the handle is gone and the registry entry too.
+        if lifecycle.isClosed { return }
         pool.drain()
         EnvironmentRegistry.shared.close(path) { mdb_env_close(env) }
     }
@@ -362,6 +367,11 @@ public final class Environment: @unchecked Sendable {
         while true {
             do throws(LMDBError) { try checkMapped("begin read transaction") } catch { pool.give(handle); throw error }
             gate.enter()
+            if lifecycle.isClosed {
+                gate.leave()
+                pool.give(handle)
+                throw lifecycle.closedError(path, "begin read transaction")
+            }
             let rc: Int32
             if let txn = handle.txn {
                 rc = mdb_txn_renew(txn)
@@ -719,6 +729,10 @@ public final class Environment: @unchecked Sendable {
         while true {
             try checkMapped("begin write transaction")
             gate.enter()
+            if lifecycle.isClosed {
+                gate.leave()
+                throw lifecycle.closedError(path, "begin write transaction")
+            }
             var txn: OpaquePointer?
             let rc = mdb_txn_begin(env, nil, 0, &txn)
             if rc == 0 {
@@ -800,6 +814,7 @@ public final class Environment: @unchecked Sendable {
     /// Throws ``LMDBError/Code/mapLost`` once a resize left the environment without a map.
     @inline(__always)
     func checkMapped(_ operation: @autoclosure () -> String) throws(LMDBError) {
+        if lifecycle.isClosed { throw lifecycle.closedError(path, operation()) }
         if unmapped.load(ordering: .acquiring) {
             throw LMDBError(code: .mapLost, operation: operation(), path: path,
                             detail: "a resize of the map failed earlier; close every store of this directory in this process and open it again")
@@ -819,7 +834,7 @@ public final class Environment: @unchecked Sendable {
     /// Clears reader slots of dead processes (`mdb_reader_check`). Returns how many were cleared.
     @discardableResult
     public func clearStaleReaders() -> Int {
-        if unmapped.load(ordering: .acquiring) { return 0 }
+        if unmapped.load(ordering: .acquiring) || lifecycle.isClosed { return 0 }
         var dead: Int32 = 0
         mdb_reader_check(env, &dead)
         return Int(dead)
@@ -827,7 +842,7 @@ public final class Environment: @unchecked Sendable {
 
     /// Map and reader figures of the environment.
     public func info() -> EnvironmentInfo {
-        if unmapped.load(ordering: .acquiring) {
+        if unmapped.load(ordering: .acquiring) || lifecycle.isClosed {
             return EnvironmentInfo(mapSize: 0, pageSize: 0, usedPages: 0, lastTransactionID: 0, maxReaders: configuration.maxReaders, readersInUse: 0)
         }
         var info = MDB_envinfo()
@@ -847,6 +862,7 @@ public final class Environment: @unchecked Sendable {
     /// number, which can change at a mount, is left out).
     /// - Throws: ``LMDBError`` with the `errno` of a failed `statx`/`fstat`.
     public func dataFileIdentity() throws(LMDBError) -> FileIdentity {
+        if lifecycle.isClosed { throw lifecycle.closedError(path, "mdb_env_get_fd") }
         var handle: mdb_filehandle_t = -1
         try check(mdb_env_get_fd(env, &handle), "mdb_env_get_fd", path)
         var inode: UInt64 = 0, seconds: Int64 = 0, nanoseconds: UInt32 = 0
@@ -935,6 +951,13 @@ final class TransactionGate: @unchecked Sendable {
 
     private func holderIndex(_ thread: UInt) -> Int? {
         holders.firstIndex { $0.thread == thread }
+    }
+
+    /// Whether the calling thread holds a transaction (see ``exclusive(whileWaiting:_:)``).
+    var isHeldByCurrentThread: Bool {
+        condition.lock()
+        defer { condition.unlock() }
+        return holderIndex(currentThreadID()) != nil
     }
 
     /// Counts the calling thread as holding a transaction until ``leave()``. A thread that
@@ -1052,6 +1075,8 @@ final class ReaderPool: @unchecked Sendable {
     private let lock = NSLock()
     /// Under `lock` only: no runtime exclusivity check.
     @exclusivity(unchecked) private var idle: [TransactionHandle] = []
+    /// Under `lock` only: set by ``close()``.
+    @exclusivity(unchecked) private var closed = false
     /// How many idle handles (each keeping its reader slot) the pool keeps at most.
     let capacity: Int
     private let bounds: MapBounds
@@ -1070,6 +1095,12 @@ final class ReaderPool: @unchecked Sendable {
 
     func give(_ handle: TransactionHandle) {
         lock.lock()
+        if closed {
+            // The environment is closed: its transactions must not be touched (an abort would
+            // reach freed memory). Dropped; LMDB freed their reader slots with it.
+            lock.unlock()
+            return
+        }
         if idle.count < capacity {
             idle.append(handle)
             lock.unlock()
@@ -1085,6 +1116,15 @@ final class ReaderPool: @unchecked Sendable {
         idle.removeAll()
         lock.unlock()
         for handle in all { handle.release() }
+    }
+
+    /// Drains the pool for good, before the environment closes: handles given back later
+    /// are dropped unreleased (see ``give(_:)``).
+    func close() {
+        drain()
+        lock.lock()
+        closed = true
+        lock.unlock()
     }
 }
 
@@ -1157,6 +1197,21 @@ final class EnvironmentRegistry: @unchecked Sendable {
         condition.lock()
         body()
         entries[path] = nil
+        condition.broadcast()
+        condition.unlock()
+    }
+
+    /// Closes `environment` while references to it remain (``Environment/releaseHandle()``):
+    /// opens of its path wait from now until `body` (the close) has run, then open anew.
+    func closeEarly(_ environment: Environment, _ body: () -> Void) {
+        condition.lock()
+        let entry = entries[environment.path]
+        let ours = entry?.environment === environment
+        if ours { entry?.environment = nil }   // opens of the path wait for the close
+        condition.unlock()
+        body()
+        condition.lock()
+        if ours { entries[environment.path] = nil }
         condition.broadcast()
         condition.unlock()
     }

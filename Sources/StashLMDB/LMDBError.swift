@@ -70,6 +70,8 @@ public struct LMDBError: Error, CustomStringConvertible, Sendable {
         /// Stash found the data file damaged where LMDB would read it without a check: a file
         /// shorter than its meta pages say, a key or value running past its end.
         public static let damaged = Code(rawValue: -40010)
+        /// The environment was closed (``Environment/releaseHandle()``, through `Store.close()`).
+        public static let closed = Code(rawValue: -40011)
 
         public var description: String {
             switch self {
@@ -84,6 +86,7 @@ public struct LMDBError: Error, CustomStringConvertible, Sendable {
             case .noSpace: return "no space left on device"
             case .inUse: return "the environment is open in another process"
             case .damaged: return "the data file is damaged"
+            case .closed: return "the environment was closed"
             default: return String(cString: mdb_strerror(rawValue))
             }
         }

@@ -407,14 +407,14 @@ public final class SyncEngine: Sendable {
     /// it could apply is on the relay: see ``wantsFullSnapshot(from:)``.)
     private func requestWantedFullSnapshots(via transport: some SyncTransport) async throws {
         let kind = transport.peer == nil ? "relay" : "direct"
-        let wanted = try store.read { try Self.fullSnapshotsWanted(in: $0) }
+        let wanted = try store.read(isolation: #isolation) { try Self.fullSnapshotsWanted(in: $0) }
         let toAsk = wanted.filter { !$0.value.contains(kind) }.keys.sorted()
         guard !toAsk.isEmpty else { return }
         for source in toAsk {
             guard let site = RecordID(string: source), site != self.site else { continue }
             try await transport.requestFullSnapshot(from: site, for: self)
         }
-        try store.write(author: "sync") { tx in
+        try store.write(author: "sync", isolation: #isolation) { tx in
             var current = try Self.fullSnapshotsWanted(in: tx)
             for source in toAsk where current[source] != nil { current[source]!.insert(kind) }
             try Self.saveFullSnapshotsWanted(current, in: tx)
@@ -1233,7 +1233,7 @@ public final class SyncEngine: Sendable {
             _ = try? await fetchChanges(via: transport)
             // The fetch recorded its own outcome: the send's failure is the one to show.
             let site = try? await transport.watermarkSite(for: self)
-            try? store.write(author: "sync") { tx in
+            try? store.write(author: "sync", isolation: #isolation) { tx in
                 try tx.setMetadata(Array("\(error)".utf8), for: Self.lastErrorKey)
                 if let site {
                     try tx.setMetadata(Array("\(error)".utf8), for: Self.lastErrorKey + "." + site)
@@ -1270,7 +1270,7 @@ public final class SyncEngine: Sendable {
         guard isEnabled else { throw SyncError(.disabled, "sync is off for store \(store.path); no checkpoint published") }
         try checkKey("a checkpoint")
         // What it holds of each source, read before the snapshot: never more than it has.
-        var coverage = try store.read { snapshot -> [RecordID: UInt64] in
+        var coverage = try store.read(isolation: #isolation) { snapshot -> [RecordID: UInt64] in
             var result: [RecordID: UInt64] = [:]
             for watermark in try PeerWatermark.all(in: snapshot) where watermark.receivedThrough > 0 {
                 if let source = RecordID(string: watermark.site), source != site { result[source] = watermark.receivedThrough }
@@ -1283,9 +1283,10 @@ public final class SyncEngine: Sendable {
         return delta.entries.count
     }
 
-    /// Syncs every `interval` until the returned task is cancelled; errors are kept in
-    /// ``status(peer:)``. Cancelling it stops the loop at once, or the sync under way between
-    /// two deltas (each delta merged is one transaction), and the task ends when that has.
+    /// Syncs every `interval` until the returned task is cancelled, or the store is closed
+    /// (`Store.close()`, seen at the next round); errors are kept in ``status(peer:)``.
+    /// Cancelling it stops the loop at once, or the sync under way between two deltas (each
+    /// delta merged is one transaction), and the task ends when that has.
     ///
     /// The task runs on a thread of its own (named `stash.sync`, ended with the task): a sync
     /// blocks on the store (its write lock while another process writes, the disk), and on a
@@ -1295,7 +1296,7 @@ public final class SyncEngine: Sendable {
         let executor = DedicatedThreadExecutor(name: "stash.sync")
         return Task(executorPreference: executor) { [self] in
             defer { executor.finish() }
-            while !Task.isCancelled {
+            while !Task.isCancelled && !store.isClosed {   // a closed store ends it (issue 41)
                 _ = try? await self.sync(via: transport)
                 try? await Task.sleep(for: interval)
             }
@@ -1312,7 +1313,7 @@ public final class SyncEngine: Sendable {
             let result = try await body()
             let trouble = problem(result)
             let site = try? await transport.watermarkSite(for: self)
-            try store.write(author: "sync") { tx in
+            try store.write(author: "sync", isolation: #isolation) { tx in
                 try noteSuccess(in: tx)
                 let now = Array(String(store.clock().timeIntervalSince1970).utf8)
                 for suffix in [""] + (site.map { ["." + $0] } ?? []) {
@@ -1323,7 +1324,7 @@ public final class SyncEngine: Sendable {
             return result
         } catch {
             let site = try? await transport.watermarkSite(for: self)
-            try? store.write(author: "sync") { tx in
+            try? store.write(author: "sync", isolation: #isolation) { tx in
                 for suffix in [""] + (site.map { ["." + $0] } ?? []) {
                     try tx.setMetadata(Array("\(error)".utf8), for: Self.lastErrorKey + suffix)
                 }

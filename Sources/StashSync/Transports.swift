@@ -307,7 +307,7 @@ public struct RelayTransport: SyncTransport {
         // are cleaned up.
         let published = published(by: folder(engine.site))
         if published > delta.to {
-            let current = try engine.store.read { try $0.historyBounds().current.sequence }
+            let current = try engine.store.read(isolation: #isolation) { try $0.historyBounds().current.sequence }
             if published > current {
                 throw SyncError(.siteReused, "relay \(directory.path) holds history of site \(engine.site) up to \(published), but store \(engine.store.path) has only up to \(current): it was rolled back (a snapshot) or cloned, and another replica writes as the same site. It takes a new site at its next open; reopen it, then sync")
             }
@@ -422,7 +422,7 @@ public struct RelayTransport: SyncTransport {
             // not for this store, neither pending nor refused. Read, each was refused at every
             // sync, which kept the store's last error set and `stash sync` exiting 1.
             if let note = readNote(sourceFolder.appendingPathComponent("seen")), note.family != engine.family { continue }
-            let received = try engine.store.read { try PeerWatermark.load(source.description, in: $0) }.receivedThrough
+            let received = try engine.store.read(isolation: #isolation) { try PeerWatermark.load(source.description, in: $0) }.receivedThrough
             // This store waits for a full snapshot of the source (a type turned synced here):
             // one that covers what it has received is wanted too, and the source lowered this
             // store's acknowledgement to keep it until it is applied.

@@ -18,6 +18,9 @@ struct Init: ParsableCommand {
         A field may give "default": a value (as put reads it) for records stored
         before the field existed: {"name": "starred", "kind": "bool", "default": false}.
         A type without "localOnly" keeps what the store has (a new type is synced).
+        "references": [{"field": "homeID", "to": "Home", "onDelete": "cascade"}]
+        makes a uuid field refer to a parent type (onDelete: cascade, deny, nullify);
+        a type without "references" keeps the stored ones.
         Any other key is refused (a misspelt one would be ignored otherwise).
         """)
 

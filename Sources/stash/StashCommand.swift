@@ -8,7 +8,7 @@ struct StashCommand: AsyncParsableCommand {
         commandName: "stash",
         abstract: "Inspect and edit Stash stores (typed records on LMDB).",
         discussion: "Every command takes the store directory first. Errors print one line on stderr and exit non-zero.",
-        subcommands: [Demo.self, Init.self, Put.self, Load.self, Get.self, Delete.self, Count.self, Dump.self,
+        subcommands: [Demo.self, Init.self, Put.self, Update.self, CounterChange.self, Load.self, Get.self, Delete.self, Count.self, Dump.self,
                       Stat.self, Verify.self, History.self, Backup.self, Compact.self,
                       Sync.self, ExportDelta.self, ImportDelta.self, Peers.self, ForgetPeer.self, Gate.self]
     )
