@@ -325,6 +325,7 @@ struct SchemaMerger {
             }
         }
         let storedCount = try context.count(try context.layout(name).schema.tag)
+        try moveInlineBytesOut(declaration, into: context)
         let before = try context.layout(name).schema
         let localOnly = declaration.keepsStoredLocalOnly ? before.localOnly : declaration.localOnly
         try refuseRequiredFieldsMissingFromRecords(declaration, before, storedCount)
@@ -370,6 +371,7 @@ struct SchemaMerger {
                     schema.types[t].fields[f].kind = field.kind
                     schema.types[t].fields[f].optional = field.optional
                     schema.types[t].fields[f].counter = field.counter ? true : nil
+                    schema.types[t].fields[f].external = field.external ? true : nil
                 } else {
                     if !field.optional && storedCount > 0 && declaration.defaults[field.name] == nil {
                         throw StoreError(.incompatibleSchema, "store \(path): \(name).\(field.name) is new and not optional, but \(storedCount) stored \(name) records lack it; make it optional or set \(name).fieldDefaults[\"\(field.name)\"] (in a schema file, \"default\" on the field)")
@@ -377,7 +379,7 @@ struct SchemaMerger {
                     let tag = schema.types[t].nextFieldTag
                     schema.types[t].fields.append(FieldSchema(name: field.name, tag: tag, kind: field.anyKind ? nil : field.kind,
                                                               optional: field.optional, counter: field.counter ? true : nil,
-                                                              anyKind: field.anyKind ? true : nil))
+                                                              anyKind: field.anyKind ? true : nil, external: field.external ? true : nil))
                 }
             }
             if !declaration.fields.isEmpty {

@@ -54,6 +54,9 @@ public struct StoreError: Error, CustomStringConvertible, Sendable {
         /// store that must be upgraded first, or an open for writing of a store this process
         /// has open read-only.
         public static let readOnly = Code("readOnly")
+        /// The file of an external value (``ExternalData``) could not be written or read,
+        /// or holds other bytes than its name says.
+        public static let blob = Code("blob")
     }
 
     /// What went wrong, to switch on.
