@@ -91,7 +91,7 @@ extension Store {
         // Values kept for other replicas (a field this app does not declare, a type it lacks):
         // their blobs stay, and travel on with them.
         if !catalog.carried.isEmpty {
-            try txn.scan(dbs.versions, prefix: []) { _, bytes in
+            try txn.scan(dbs.versions, from: ScanStart<[UInt8]>.first) { _, bytes in
                 guard bytes.first == 2, let versions = try? RecordVersions(decoding: bytes) else { return true }
                 for state in versions.carried.values { found.formUnion(ExternalData.references(in: state.value)) }
                 return true

@@ -1,0 +1,138 @@
+import Crypto
+import Foundation
+import Stash
+
+// Blobs (``ExternalData``) travel beside deltas: a delta carries references only; the sender
+// gives the other end each blob its states reference that the other end lacks, before the
+// delta (so a reader never waits for a blob its source had); the receiver, after applying,
+// fetches every blob its records reference and it lacks, checks each against its hash before
+// keeping it, and keeps the rest pending, tried again at each fetch.
+
+extension SyncEngine {
+    /// Sends the blobs the states of `delta` reference that the other end lacks, once each
+    /// (a blob this store does not hold yet is not its to send). - Returns: blobs sent.
+    @discardableResult
+    func sendBlobs(of delta: Delta, via transport: some SyncTransport) async throws -> Int {
+        var references = Set<ExternalData>()
+        for entry in delta.entries {
+            for field in entry.fields.values { references.formUnion(ExternalData.references(in: field.value)) }
+        }
+        var sent = 0
+        for reference in references.sorted(by: { $0.sha256 < $1.sha256 }) {
+            try Task.checkCancellation()
+            guard store.blobURL(reference) != nil, try await !transport.hasBlob(reference, from: self),
+                  let data = try store.blob(reference) else { continue }
+            try await transport.putBlob(data, for: reference, from: self)
+            sent += 1
+        }
+        return sent
+    }
+
+    /// Fetches the blobs this store's records reference and it lacks; each is checked against
+    /// its reference (SHA-256, size) before it is kept. - Returns: blobs received, blobs still
+    /// pending, and what went wrong (a blob the transport holds damaged or swapped: it stays
+    /// pending, and is fetched again at the next fetch).
+    func fetchPendingBlobs(via transport: some SyncTransport) async throws -> (received: Int, pending: Int, problems: [String]) {
+        var received = 0, pending = 0
+        var problems: [String] = []
+        for reference in try store.pendingBlobs() {
+            if Task.isCancelled {
+                pending += 1
+                continue
+            }
+            let data: Data?
+            do { data = try await transport.fetchBlob(reference, for: self) } catch {
+                problems.append("blob \(reference.sha256): \(error)")
+                pending += 1
+                continue
+            }
+            guard let data else {
+                pending += 1
+                continue
+            }
+            do {
+                try store.importBlob(data, for: reference)
+                received += 1
+            } catch {
+                problems.append("blob \(reference.sha256) as the transport holds it was refused: \(error)")
+                pending += 1
+            }
+        }
+        return (received, pending, problems)
+    }
+}
+
+extension DirectTransport {
+    /// Whether the other store holds the blob.
+    public func hasBlob(_ reference: ExternalData, from engine: SyncEngine) async throws -> Bool {
+        !other.store.isBlobPending(reference)
+    }
+
+    /// Keeps the blob in the other store (checked against its hash there).
+    public func putBlob(_ data: Data, for reference: ExternalData, from engine: SyncEngine) async throws {
+        try other.store.importBlob(data, for: reference)
+    }
+
+    /// The other store's blob, or nil while it lacks it too.
+    public func fetchBlob(_ reference: ExternalData, for engine: SyncEngine) async throws -> Data? {
+        try other.store.blob(reference)
+    }
+}
+
+extension RelayTransport {
+    /// `DIR/blobs/<name>`: for a family with a key, the name is the HMAC-SHA256 of the blob's
+    /// hash under a key derived for naming blobs (the relay cannot tell which content a file
+    /// holds, nor test a guess), and the file is a sealed envelope of kind blob; for a family
+    /// without a key, the name is the blob's SHA-256 and the file its bytes.
+    func blobFile(_ reference: ExternalData, for engine: SyncEngine) -> URL {
+        let name: String
+        if let key = engine.key {
+            let naming = SymmetricKey(data: FamilyKeys.derive(key, engine.family, purpose: "stash relay blob names v1"))
+            let code = HMAC<SHA256>.authenticationCode(for: Data(hexBytes(reference.sha256)), using: naming)
+            name = code.map { String(format: "%02x", $0) }.joined()
+        } else {
+            name = reference.sha256
+        }
+        return directory.appendingPathComponent("blobs").appendingPathComponent(name)
+    }
+
+    private func hexBytes(_ hex: String) -> [UInt8] {
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(32)
+        var iterator = hex.utf8.makeIterator()
+        func digit(_ c: UInt8) -> UInt8 { c <= 57 ? c - 48 : c - 87 }
+        while let high = iterator.next(), let low = iterator.next() { bytes.append(digit(high) << 4 | digit(low)) }
+        return bytes
+    }
+
+    /// Whether the relay holds the blob (its file exists).
+    public func hasBlob(_ reference: ExternalData, from engine: SyncEngine) async throws -> Bool {
+        FileManager.default.fileExists(atPath: blobFile(reference, for: engine).path)
+    }
+
+    /// Writes the blob to `DIR/blobs/` atomically (sealed for a family with a key).
+    public func putBlob(_ data: Data, for reference: ExternalData, from engine: SyncEngine) async throws {
+        let contents = try engine.familyKeys.map { keys in
+            try RelayEnvelope(kind: .blob, family: engine.family, source: engine.site, from: 0, to: 0, payload: data).encoded(keys: keys)
+        } ?? data
+        try AtomicFile.write(contents, to: blobFile(reference, for: engine))
+    }
+
+    /// The blob's bytes as the relay holds them (opened with the family's key), or nil when
+    /// the relay lacks it.
+    /// - Throws: `.corruptDelta` or `.unauthenticated` for a file that does not open as a blob
+    ///   of the family; `.transportFailed` when it cannot be read.
+    public func fetchBlob(_ reference: ExternalData, for engine: SyncEngine) async throws -> Data? {
+        let url = blobFile(reference, for: engine)
+        guard FileManager.default.fileExists(atPath: url.path) else { return nil }
+        let contents: Data
+        do { contents = try Data(contentsOf: url) }
+        catch { throw SyncError(.transportFailed, "cannot read \(url.path): \(error.localizedDescription); the blob stays pending") }
+        guard let keys = engine.familyKeys else { return contents }
+        let envelope = try RelayEnvelope(decoding: contents, keys: keys, name: url.path)
+        guard envelope.kind == .blob, envelope.family == engine.family else {
+            throw SyncError(.corruptDelta, "\(url.path) is not a blob of family \(engine.family); the blob stays pending")
+        }
+        return envelope.payload
+    }
+}
