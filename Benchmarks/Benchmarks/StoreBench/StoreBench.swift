@@ -389,4 +389,5 @@ let benchmarks: @Sendable () -> Void = {
     }
 
     registerDeltaBenchmarks()
+    registerBlobBenchmarks()
 }
