@@ -103,3 +103,57 @@ import StashTestSupport
         #expect(try opened.verifyBlobs().problems.isEmpty)
     }
 }
+
+extension ExternalDataCLITests {
+    /// `stash sync --relay` killed while it sends blobs, then a reader's killed while it fetches
+    /// them: no half-written blob is ever visible (on the relay or in the reader's store), and
+    /// the next syncs bring everything, checked.
+    @Test func killedBlobTransfersLeaveNothingHalfWrittenAndCompleteLater() throws {
+        let dir = TemporaryDirectory()
+        let source = try StashCLI.makeStore(in: dir, name: "source", schema: Self.schema)
+        let reader = try StashCLI.makeStore(in: dir, name: "reader", schema: Self.schema)
+        let relay = dir.sub("relay")
+        try FileManager.default.createDirectory(atPath: relay, withIntermediateDirectories: true)
+        let family = RecordID().description
+        let lines = (0..<40).map { n in
+            #"{"name": "g\#(n)", "image": "\#(imageBytes(300_000, seed: 5_000 + UInt64(n)).base64EncodedString())"}"#
+        }
+        let file = dir.sub("garments.jsonl")
+        try lines.joined(separator: "\n").write(toFile: file, atomically: true, encoding: .utf8)
+        #expect(try StashCLI.run("load", source, "PhotoGarment", file).status == 0)
+
+        func wholeFiles(in directory: String) throws -> Int {
+            var whole = 0
+            for name in (try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? [] where !name.hasPrefix(".") {
+                let data = try Data(contentsOf: URL(fileURLWithPath: directory).appendingPathComponent(name))
+                #expect(ExternalData.hash(of: data) == name, "\(directory)/\(name) is visible but not whole")
+                whole += 1
+            }
+            return whole
+        }
+        var rng = SeededGenerator(seed: 3838)
+        var cutShort = 0
+        for side in [source, reader] {
+            for _ in 0..<4 {
+                let running = try StashCLI.start(["sync", side, "--relay", relay, "--family", family])
+                usleep(UInt32.random(in: 10_000...250_000, using: &rng))
+                if running.0.isRunning {
+                    kill(running.0.processIdentifier, SIGKILL)
+                    cutShort += 1
+                }
+                _ = StashExecutable.finish(running)
+                _ = try wholeFiles(in: relay + "/blobs")
+                _ = try wholeFiles(in: reader + "/blobs")
+            }
+            // Finished: the relay holds every blob once, the reader every one it references.
+            #expect(try StashCLI.run("sync", side, "--relay", relay, "--family", family).status == 0)
+        }
+        #expect(cutShort > 0, "no transfer was ever interrupted: the test proved nothing")
+        #expect(try wholeFiles(in: relay + "/blobs") == 40)
+        let opened = try Store.open(at: reader)
+        #expect(try opened.read { try $0.count(typeNamed: "PhotoGarment") } == 40)
+        let verified = try opened.verifyBlobs()
+        #expect(verified.problems.isEmpty && verified.pending.isEmpty)
+        #expect(try wholeFiles(in: reader + "/blobs") == 40)
+    }
+}
