@@ -59,6 +59,22 @@ final class BlobCountingTransport<Inner: SyncTransport>: SyncTransport, @uncheck
         try Device.open(dir.sub(name), family: family, key: key, types: [Garment.self])
     }
 
+    /// Two devices of one family and a relay directory, A holding a coat with an image of
+    /// `size` bytes, sent to the relay.
+    func relayWithACoat(_ dir: TemporaryDirectory, size: Int, seed: UInt64) async throws
+        -> (relay: RelayTransport, relayURL: URL, a: Device, b: Device, coat: Garment, image: Data) {
+        let relayURL = dir.url.appendingPathComponent("relay")
+        try FileManager.default.createDirectory(at: relayURL, withIntermediateDirectories: true)
+        let relay = RelayTransport(directory: relayURL)
+        let family = RecordID()
+        let a = try device(dir, "a", family: family), b = try device(dir, "b", family: family)
+        let image = blobBytes(size, seed: seed)
+        let coat = Garment(name: "Coat", image: ExternalData(image))
+        try a.store.insert(coat)
+        try await a.engine.sync(via: relay)
+        return (relay, relayURL, a, b, coat, image)
+    }
+
     @Test func directSyncShipsEachBlobOnceAndAnEditToAnotherFieldShipsNone() async throws {
         let dir = TemporaryDirectory()
         let family = RecordID()
@@ -96,15 +112,7 @@ final class BlobCountingTransport<Inner: SyncTransport>: SyncTransport, @uncheck
 
     @Test func aRelayHoldsEachBlobOnceSealedAndUnderANameThatHidesItsHash() async throws {
         let dir = TemporaryDirectory()
-        let relayURL = dir.url.appendingPathComponent("relay")
-        try FileManager.default.createDirectory(at: relayURL, withIntermediateDirectories: true)
-        let relay = RelayTransport(directory: relayURL)
-        let family = RecordID()
-        let a = try device(dir, "a", family: family), b = try device(dir, "b", family: family)
-        let image = blobBytes(100_000, seed: 3)
-        let coat = Garment(name: "Coat", image: ExternalData(image))
-        try a.store.insert(coat)
-        try await a.engine.sync(via: relay)
+        let (relay, relayURL, a, b, coat, image) = try await relayWithACoat(dir, size: 100_000, seed: 3)
 
         let blobs = relayURL.appendingPathComponent("blobs")
         let names = try FileManager.default.contentsOfDirectory(atPath: blobs.path).filter { !$0.hasPrefix(".") }
@@ -141,15 +149,7 @@ final class BlobCountingTransport<Inner: SyncTransport>: SyncTransport, @uncheck
 
     @Test func aBlobNotOnTheRelayYetIsPendingThenArrives() async throws {
         let dir = TemporaryDirectory()
-        let relayURL = dir.url.appendingPathComponent("relay")
-        try FileManager.default.createDirectory(at: relayURL, withIntermediateDirectories: true)
-        let relay = RelayTransport(directory: relayURL)
-        let family = RecordID()
-        let a = try device(dir, "a", family: family), b = try device(dir, "b", family: family)
-        let image = blobBytes(30_000, seed: 4)
-        let coat = Garment(name: "Coat", image: ExternalData(image))
-        try a.store.insert(coat)
-        try await a.engine.sync(via: relay)
+        let (relay, relayURL, a, b, coat, image) = try await relayWithACoat(dir, size: 30_000, seed: 4)
         let blobs = relayURL.appendingPathComponent("blobs")
         let name = try #require(try FileManager.default.contentsOfDirectory(atPath: blobs.path).first { !$0.hasPrefix(".") })
         let aside = dir.url.appendingPathComponent("aside")
@@ -202,6 +202,30 @@ final class BlobCountingTransport<Inner: SyncTransport>: SyncTransport, @uncheck
             let garment = try #require(try c.store.get(Garment.self, id: id))
             #expect(try c.store.blob(garment.image!) == image)
         }
+    }
+
+    /// The goal: `wearCount += 1` on a garment with a 5 MB image is a delta of at most
+    /// 1 KiB (inline, the image travels with every edit).
+    @Test func theDeltaOfAnEditBesideA5MBImageIsUnder1KiB() throws {
+        struct InlineGarment: Record { static var recordType: String { "Garment" }; var id = RecordID(); var name: String; var wearCount = 0; var image: Data? }
+        let dir = TemporaryDirectory()
+        let image = blobBytes(5_000_000, seed: 38)
+        var sizes: [Int] = []
+        for external in [true, false] {
+            let family = RecordID()
+            let d = try Device.open(dir.sub(external ? "external" : "inline"), family: family, key: Self.key,
+                                    types: [external ? Garment.self : InlineGarment.self])
+            let id = RecordID()
+            if external { try d.store.insert(Garment(id: id, name: "Coat", image: ExternalData(image))) }
+            else { try d.store.insert(InlineGarment(id: id, name: "Coat", image: image)) }
+            try d.engine.acknowledge(peer: nil, through: try d.engine.makeDelta(for: nil).to)
+            if external { _ = try d.store.update(Garment.self, id: id) { $0.wearCount += 1 } }
+            else { _ = try d.store.update(InlineGarment.self, id: id) { $0.wearCount += 1 } }
+            sizes.append(try d.engine.makeDelta(for: nil).encoded(key: Self.key).count)
+        }
+        print("delta of wearCount += 1 beside a 5 MB image: external \(sizes[0]) B, inline \(sizes[1]) B")
+        #expect(sizes[0] <= 1024)
+        #expect(sizes[1] > 5_000_000)
     }
 
     @Test func aBlobCarriedForAnotherAppVersionIsKeptAndPassedOn() async throws {

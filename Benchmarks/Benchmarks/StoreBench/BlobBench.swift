@@ -1,6 +1,7 @@
 import Benchmark
 import Foundation
 import Stash
+import StashLMDB
 import StashSync
 
 // External storage of large binary values (issue 38): a garment with a 5 MB image, its image
