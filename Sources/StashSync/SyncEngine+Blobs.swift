@@ -9,23 +9,52 @@ import Stash
 // keeping it, and keeps the rest pending, tried again at each fetch.
 
 extension SyncEngine {
-    /// Sends the blobs the states of `delta` reference that the other end lacks, once each
-    /// (a blob this store does not hold yet is not its to send). - Returns: blobs sent.
+    /// Sends the blobs the states of `delta` reference that the other end lacks, once each,
+    /// and those an earlier send owed it. A blob this store does not hold yet (its record came
+    /// from elsewhere before it), or holds damaged, is owed: noted per watermark site
+    /// (`x:sync.blobsOwed.SITE`) and sent by a later send or fetch through this transport once
+    /// it is here, so that the other end's readers do not wait for it for good.
+    /// - Returns: blobs sent.
     @discardableResult
-    func sendBlobs(of delta: Delta, via transport: some SyncTransport) async throws -> Int {
-        var references = Set<ExternalData>()
-        for entry in delta.entries {
+    func sendBlobs(of delta: Delta?, via transport: some SyncTransport) async throws -> Int {
+        let key = "sync.blobsOwed." + (try await transport.watermarkSite(for: self))
+        let owedBefore = Self.decodeOwed(try store.metadata(for: key))
+        var references = Set(owedBefore)
+        for entry in delta?.entries ?? [] {
             for field in entry.fields.values { references.formUnion(ExternalData.references(in: field.value)) }
         }
         var sent = 0
+        var owed: [ExternalData] = []
         for reference in references.sorted(by: { $0.sha256 < $1.sha256 }) {
             try Task.checkCancellation()
-            guard store.blobURL(reference) != nil, try await !transport.hasBlob(reference, from: self),
-                  let data = try store.blob(reference) else { continue }
+            guard store.blobURL(reference) != nil else {
+                owed.append(reference)
+                continue
+            }
+            if try await transport.hasBlob(reference, from: self) { continue }
+            // Never sent damaged: a blob whose bytes do not have its hash waits to be fetched again.
+            guard let data = try? store.blob(reference), ExternalData.hash(of: data) == reference.sha256 else {
+                owed.append(reference)
+                continue
+            }
             try await transport.putBlob(data, for: reference, from: self)
             sent += 1
         }
+        if owed != owedBefore { try store.setMetadata(owed.isEmpty ? nil : Self.encodeOwed(owed), for: key) }
         return sent
+    }
+
+    private static func encodeOwed(_ owed: [ExternalData]) -> [UInt8] {
+        Array(owed.map { "\($0.sha256) \($0.size)" }.joined(separator: "\n").utf8)
+    }
+
+    private static func decodeOwed(_ bytes: [UInt8]?) -> [ExternalData] {
+        guard let bytes else { return [] }
+        return String(decoding: bytes, as: UTF8.self).split(separator: "\n").compactMap { line in
+            let parts = line.split(separator: " ")
+            guard parts.count == 2, let size = Int(parts[1]) else { return nil }
+            return try? ExternalData(sha256: String(parts[0]), size: size)
+        }.sorted { $0.sha256 < $1.sha256 }
     }
 
     /// Fetches the blobs this store's records reference and it lacks; each is checked against

@@ -1173,6 +1173,8 @@ public final class SyncEngine: Sendable {
             if cancelled { throw CancellationError() }
             // The blobs the records reference and this store lacks (new ones, and those pending).
             (report.blobsReceived, report.blobsPending, report.blobProblems) = try await fetchPendingBlobs(via: transport)
+            // And the ones an earlier send owed the other end, if they are here now.
+            try await sendBlobs(of: nil, via: transport)
             return report
         }
     }

@@ -180,6 +180,34 @@ final class BlobCountingTransport<Inner: SyncTransport>: SyncTransport, @uncheck
         #expect(try b.store.blob(atB.image!) == image)
     }
 
+    /// B got a record from A before its blob, and sent the record on to the relay: the blob is
+    /// owed to the relay, and goes there once B has it, so that C does not wait for good.
+    @Test func aBlobAStoreLackedWhenItSentTheRecordOnGoesLater() async throws {
+        let dir = TemporaryDirectory()
+        let relayURL = dir.url.appendingPathComponent("relay")
+        try FileManager.default.createDirectory(at: relayURL, withIntermediateDirectories: true)
+        let relay = RelayTransport(directory: relayURL)
+        let family = RecordID()
+        let a = try device(dir, "a", family: family), b = try device(dir, "b", family: family), c = try device(dir, "c", family: family)
+        let image = blobBytes(20_000, seed: 30)
+        let coat = Garment(name: "Coat", image: ExternalData(image))
+        try a.store.insert(coat)
+        let file = a.store.blobDirectory.appendingPathComponent(ExternalData.hash(of: image))
+        let aside = dir.url.appendingPathComponent("aside")
+        try FileManager.default.moveItem(at: file, to: aside)   // A cannot give it yet
+        try await b.engine.fetchChanges(via: DirectTransport(to: a.engine))
+        #expect(b.store.isBlobPending(coat.image!))
+        try await b.engine.sync(via: relay)
+        #expect(try await c.engine.sync(via: relay).blobsPending == 1)
+
+        try FileManager.default.moveItem(at: aside, to: file)
+        #expect(try await b.engine.fetchChanges(via: DirectTransport(to: a.engine)).blobsReceived == 1)
+        try await b.engine.sync(via: relay)   // nothing new to send: the owed blob goes all the same
+        let report = try await c.engine.sync(via: relay)
+        #expect(report.blobsReceived == 1 && report.blobsPending == 0)
+        #expect(try c.store.blob(coat.image!) == image)
+    }
+
     @Test func aNewDeviceRestoresRecordsAndBlobsFromACheckpoint() async throws {
         let dir = TemporaryDirectory()
         let relayURL = dir.url.appendingPathComponent("relay")
