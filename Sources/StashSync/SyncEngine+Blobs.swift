@@ -9,6 +9,11 @@ import Stash
 // keeping it, and keeps the rest pending, tried again at each fetch.
 
 extension SyncEngine {
+    /// How old a relay's unreferenced blob must be before a checkpoint's publisher removes it:
+    /// a blob goes to the relay before the delta that references it, so a younger one may
+    /// belong to a send under way (of a device that went offline in between, say).
+    public static let relayBlobGrace: TimeInterval = 86_400
+
     /// Sends the blobs the states of `delta` reference that the other end lacks, once each,
     /// and those an earlier send owed it. A blob this store does not hold yet (its record came
     /// from elsewhere before it), or holds damaged, is owed: noted per watermark site
@@ -163,5 +168,75 @@ extension RelayTransport {
             throw SyncError(.corruptDelta, "\(url.path) is not a blob of family \(engine.family); the blob stays pending")
         }
         return envelope.payload
+    }
+}
+
+extension RelayTransport {
+    /// Removes the relay's blob files of `engine`'s family that neither a kept checkpoint nor
+    /// any delta file on the relay references, once older than `grace` (a blob is written
+    /// before the delta that references it: a younger one may belong to a send under way).
+    /// Only for a family with a key, whose blob files are sealed envelopes naming their family:
+    /// a family without a key names its blobs by their hash alone, which another such family
+    /// sharing the directory may reference too, so they stay. Nothing is removed when any file
+    /// of the family cannot be read (a reference in it could be missed).
+    /// O(bytes of the family's relay files). - Returns: the blob files removed.
+    @discardableResult
+    public func collectBlobs(for engine: SyncEngine, olderThan grace: TimeInterval = SyncEngine.relayBlobGrace) async throws -> Int {
+        guard let keys = engine.familyKeys else { return 0 }
+        let blobs = directory.appendingPathComponent("blobs")
+        let names = ((try? FileManager.default.contentsOfDirectory(atPath: blobs.path)) ?? []).filter { !$0.hasPrefix(".") }
+        guard !names.isEmpty else { return 0 }
+        // Listed before the references are read: a blob written after the list is not judged.
+        var candidates: [(url: URL, modified: Date)] = []
+        let cutoff = engine.store.clock().addingTimeInterval(-grace)
+        for name in names {
+            let url = blobs.appendingPathComponent(name)
+            guard let header = RelayEnvelope.header(of: url), header.kind == .blob, header.family == engine.family,
+                  let modified = (try? FileManager.default.attributesOfItem(atPath: url.path)[.modificationDate]) as? Date,
+                  modified < cutoff else { continue }
+            candidates.append((url, modified))
+        }
+        guard !candidates.isEmpty else { return 0 }
+        var files = checkpoints(of: engine.family).map(\.url)
+        for folder in (try? FileManager.default.contentsOfDirectory(at: directory, includingPropertiesForKeys: nil)) ?? []
+        where RecordID(string: folder.lastPathComponent) != nil {
+            for file in (try? FileManager.default.contentsOfDirectory(at: folder, includingPropertiesForKeys: nil)) ?? []
+            where file.pathExtension == "delta" && !file.lastPathComponent.hasPrefix(".") {
+                files.append(file)
+            }
+        }
+        var referenced = Set<String>()
+        for url in files {
+            guard let data = try? Data(contentsOf: url) else {
+                if FileManager.default.fileExists(atPath: url.path) { return 0 }   // unreadable: judge nothing
+                continue   // cleaned up meanwhile
+            }
+            let payload: Data
+            if RelayEnvelope.isEnvelope(data) {
+                guard let header = RelayEnvelope.header(of: url), header.family == engine.family else { continue }
+                guard let envelope = try? RelayEnvelope(decoding: data, keys: keys, name: url.path) else { return 0 }
+                payload = envelope.payload
+            } else {
+                payload = data
+            }
+            guard let delta = try? Delta(decoding: payload, key: engine.key, name: url.path) else {
+                // A bare delta of another family does not open with this key: not ours.
+                if RelayEnvelope.isEnvelope(data) { return 0 }
+                continue
+            }
+            guard delta.family == engine.family else { continue }
+            for entry in delta.entries {
+                for field in entry.fields.values {
+                    for reference in ExternalData.references(in: field.value) {
+                        referenced.insert(blobFile(reference, for: engine).lastPathComponent)
+                    }
+                }
+            }
+        }
+        var removed = 0
+        for candidate in candidates where !referenced.contains(candidate.url.lastPathComponent) {
+            if unlink(candidate.url.path) == 0 { removed += 1 }
+        }
+        return removed
     }
 }

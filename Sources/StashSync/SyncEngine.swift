@@ -1298,6 +1298,8 @@ public final class SyncEngine: Sendable {
         coverage[site] = delta.to
         try await sendBlobs(of: delta, via: transport)
         try await transport.publishCheckpoint(delta.encoded(key: key), coverage: coverage, from: self)
+        // Blobs that neither the new checkpoint nor a delta on the medium references go (a day on).
+        _ = try? await transport.collectBlobs(for: self, olderThan: Self.relayBlobGrace)
         return delta.entries.count
     }
 

@@ -49,6 +49,9 @@ public protocol SyncTransport: Sendable {
     /// The blob of `reference` as the other end holds it, or nil when it lacks it (the engine
     /// checks the bytes against the reference before keeping them). Default: nil.
     func fetchBlob(_ reference: ExternalData, for engine: SyncEngine) async throws -> Data?
+    /// Removes the blobs the medium keeps that nothing it holds references any more, older than
+    /// `grace`; called after a checkpoint is published. Default: nothing (none removed).
+    func collectBlobs(for engine: SyncEngine, olderThan grace: TimeInterval) async throws -> Int
 }
 
 extension SyncTransport {
@@ -58,6 +61,7 @@ extension SyncTransport {
     public func hasBlob(_ reference: ExternalData, from engine: SyncEngine) async throws -> Bool { true }
     public func putBlob(_ data: Data, for reference: ExternalData, from engine: SyncEngine) async throws {}
     public func fetchBlob(_ reference: ExternalData, for engine: SyncEngine) async throws -> Data? { nil }
+    public func collectBlobs(for engine: SyncEngine, olderThan grace: TimeInterval) async throws -> Int { 0 }
 
     public func watermarkSite(for engine: SyncEngine) async throws -> String { peer?.description ?? PeerWatermark.relaySite }
 

@@ -208,6 +208,33 @@ final class BlobCountingTransport<Inner: SyncTransport>: SyncTransport, @uncheck
         #expect(try c.store.blob(coat.image!) == image)
     }
 
+    /// A relay keeps a blob while a kept checkpoint or a delta on it references it; a replaced
+    /// image's blob goes once neither does and it is older than the grace period.
+    @Test func aRelayDropsBlobsNothingOnItReferences() async throws {
+        let dir = TemporaryDirectory()
+        let (relay, relayURL, a, b, coat, _) = try await relayWithACoat(dir, size: 10_000, seed: 40)
+        let second = blobBytes(10_000, seed: 41)
+        try a.store.update(Garment.self, id: coat.id) { $0.image = ExternalData(second) }
+        try await a.engine.sync(via: relay)
+        try await b.engine.sync(via: relay)
+        let blobs = relayURL.appendingPathComponent("blobs")
+        func count() throws -> Int { try FileManager.default.contentsOfDirectory(atPath: blobs.path).filter { !$0.hasPrefix(".") }.count }
+        // Both are referenced (the deltas are still there): nothing goes, whatever the age.
+        #expect(try await relay.collectBlobs(for: a.engine, olderThan: 0) == 0)
+        try await a.engine.publishCheckpoint(via: relay)
+        try await a.engine.sync(via: relay)    // the files the checkpoint holds and B read go
+        try await b.engine.sync(via: relay)
+        try await a.engine.sync(via: relay)
+        #expect(try count() == 2)   // younger than a day: kept by the publisher's collection
+        #expect(try await relay.collectBlobs(for: a.engine, olderThan: 0) == 1)
+        #expect(try count() == 1)
+        // A new device restores everything it needs.
+        let c = try device(dir, "c", family: a.engine.family)
+        let report = try await c.engine.sync(via: relay)
+        #expect(report.blobsReceived == 1 && report.blobsPending == 0)
+        #expect(try c.store.blob(try #require(try c.store.get(Garment.self, id: coat.id)?.image)) == second)
+    }
+
     @Test func aNewDeviceRestoresRecordsAndBlobsFromACheckpoint() async throws {
         let dir = TemporaryDirectory()
         let relayURL = dir.url.appendingPathComponent("relay")
