@@ -1,3 +1,4 @@
+import Crypto
 import Foundation
 @testable import Stash
 @testable import StashSync
@@ -145,6 +146,43 @@ final class BlobCountingTransport<Inner: SyncTransport>: SyncTransport, @uncheck
         try c.store.insert(Garment(name: "Hat", image: ExternalData(image)))
         try await c.engine.sync(via: RelayTransport(directory: plainRelay))
         #expect(try Data(contentsOf: plainRelay.appendingPathComponent("blobs").appendingPathComponent(ExternalData.hash(of: image))) == image)
+    }
+
+    /// docs/relay-format.md, Blobs, followed with nothing but the page and swift-crypto: the
+    /// name, the envelope, the keys; and a blob written that way is taken by a reader.
+    @Test func relayBlobFilesFollowTheDocumentedFormat() async throws {
+        let dir = TemporaryDirectory()
+        let (relay, relayURL, a, b, _, image) = try await relayWithACoat(dir, size: 5_000, seed: 50)
+        let keyBytes = SymmetricKey(data: Array("blob-sync-test-key-0123456789".utf8))
+        func derive(_ info: String) -> SymmetricKey {
+            HKDF<SHA256>.deriveKey(inputKeyMaterial: keyBytes, salt: a.engine.family.bytes, info: Data(info.utf8), outputByteCount: 32)
+        }
+        func name(of data: Data) -> String {
+            HMAC<SHA256>.authenticationCode(for: Data(SHA256.hash(data: data)), using: derive("stash relay blob names v1"))
+                .map { String(format: "%02x", $0) }.joined()
+        }
+        func header(size: Int) -> [UInt8] {
+            var header: [UInt8] = Array("STSR".utf8) + [1, 4, 1] + a.engine.family.bytes + a.store.siteID.bytes
+            for value in [UInt64(0), 0, UInt64(size)] { header += (0..<8).map { UInt8(truncatingIfNeeded: value >> (8 * $0)) } }
+            return header + [0]   // no coverage
+        }
+        let file = [UInt8](try Data(contentsOf: relayURL.appendingPathComponent("blobs").appendingPathComponent(name(of: image))))
+        #expect(Array(file.prefix(header(size: image.count).count)) == header(size: image.count))
+        let box = try ChaChaPoly.SealedBox(combined: file[header(size: image.count).count...])
+        #expect(try ChaChaPoly.open(box, using: derive("stash relay encryption v1"), authenticating: header(size: image.count)) == image)
+
+        // Written by hand the same way, a blob is taken by a reader whose record references it.
+        let second = blobBytes(6_000, seed: 51)
+        let sealed = try ChaChaPoly.seal(second, using: derive("stash relay encryption v1"), authenticating: header(size: second.count))
+        try (Data(header(size: second.count)) + sealed.combined).write(to: relayURL.appendingPathComponent("blobs").appendingPathComponent(name(of: second)))
+        let hat = Garment(name: "Hat", image: ExternalData(second))
+        try a.store.write { tx in try tx.insert(hat) }
+        let aside = a.store.blobDirectory.appendingPathComponent(ExternalData.hash(of: second))
+        try FileManager.default.removeItem(at: aside)   // A cannot send it: the relay's is the one read
+        try await a.engine.sync(via: relay)
+        let report = try await b.engine.sync(via: relay)
+        #expect(report.blobsReceived == 2 && report.blobsPending == 0, "\(report)")
+        #expect(try b.store.blob(hat.image!) == second)
     }
 
     @Test func aBlobNotOnTheRelayYetIsPendingThenArrives() async throws {
