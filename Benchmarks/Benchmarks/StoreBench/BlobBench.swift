@@ -41,8 +41,9 @@ enum BlobBench {
     static let decodedBytes = BenchmarkMetric.custom("image bytes decoded", polarity: .prefersSmaller, useScalingFactor: false)
     static let megabytesPerSecond = BenchmarkMetric.custom("MB/s", polarity: .prefersLarger, useScalingFactor: false)
 
-    static var configuration: Benchmark.Configuration {
-        .init(metrics: [.wallClock], timeUnits: .milliseconds, warmupIterations: 1,
+    /// `extra`: the custom metric the benchmark reports besides the wall clock.
+    static func configuration(_ extra: BenchmarkMetric? = nil, units: BenchmarkTimeUnits = .milliseconds) -> Benchmark.Configuration {
+        .init(metrics: [.wallClock] + (extra.map { [$0] } ?? []), timeUnits: units, warmupIterations: 1,
               maxDuration: .seconds(BenchConfig.smoke ? 2 : 10), maxIterations: BenchConfig.smoke ? 3 : 30)
     }
 
@@ -97,7 +98,7 @@ func registerBlobBenchmarks() {
         let variant = external ? "external" : "inline"
         do {
             let s = BlobState()
-            Benchmark("blobs/Stash/insert \(variant)/5MB", configuration: BlobBench.configuration) { benchmark in
+            Benchmark("blobs/Stash/insert \(variant)/5MB", configuration: BlobBench.configuration()) { benchmark in
                 s.seed += 1
                 let data = BlobBench.image(s.seed)
                 benchmark.startMeasurement()
@@ -111,7 +112,7 @@ func registerBlobBenchmarks() {
         }
         do {
             let s = BlobState()
-            Benchmark("blobs/Stash/delta \(variant)/5MB", configuration: BlobBench.configuration) { benchmark in
+            Benchmark("blobs/Stash/delta \(variant)/5MB", configuration: BlobBench.configuration(BlobBench.deltaBytes)) { benchmark in
                 let sync = try SyncEngine(store: s.store!, configuration: SyncConfiguration(family: BlobBench.family, key: BlobBench.key, enabled: true))
                 let id = s.ids[0]
                 if external { _ = try s.store!.update(BenchGarment.self, id: id) { $0.wearCount += 1 } }
@@ -130,7 +131,7 @@ func registerBlobBenchmarks() {
         }
         do {
             let s = BlobState()
-            Benchmark("blobs/Stash/list \(variant)/10", configuration: BlobBench.configuration) { benchmark in
+            Benchmark("blobs/Stash/list \(variant)/10", configuration: BlobBench.configuration(BlobBench.decodedBytes, units: .microseconds)) { benchmark in
                 var decoded = 0
                 if external {
                     for garment in try s.store!.fetch(FetchDescriptor<BenchGarment>()) { decoded += garment.image?.bytes?.count ?? 0 }
