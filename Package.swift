@@ -29,7 +29,7 @@ let package = Package(
         .target(name: "StashLMDB", dependencies: ["CLMDB", "CFileIdentity", "CStashShims"]),
         // Naming a thread for the OS (prctl on Linux), for the threads the library starts.
         .systemLibrary(name: "CThreadName", path: "CShims/CThreadName"),
-        .target(name: "Stash", dependencies: ["StashLMDB", "CThreadName"]),
+        .target(name: "Stash", dependencies: ["StashLMDB", "CThreadName", .product(name: "Crypto", package: "swift-crypto")]),
         .target(name: "StashSync", dependencies: ["Stash", .product(name: "Crypto", package: "swift-crypto")]),
         .target(name: "StashGate", dependencies: ["Stash", .product(name: "Crypto", package: "swift-crypto")]),
         // The `stash` command. The module is StashCLI so that it never clashes with the

@@ -9,10 +9,16 @@ protocol FieldTagResolver: AnyObject {
     /// True when the type being encoded has a stored default for field `name` (a nil value
     /// must then be written as an explicit null, or it would read back as the default).
     func hasDefault(_ name: String) -> Bool
+    /// Keeps the bytes of `value` (made from bytes) as its blob, durably, before the record
+    /// that references it is written (see ``ExternalData``), and marks field `name` external.
+    func storeBlob(_ value: ExternalData, field name: String) throws
 }
 
 extension FieldTagResolver {
     func hasDefault(_ name: String) -> Bool { false }
+    func storeBlob(_ value: ExternalData, field name: String) throws {
+        throw StoreError(.invalidValue, "field '\(name)': an ExternalData made from bytes can only be written into a store")
+    }
 }
 
 /// Encodes a record's top-level fields straight into the stored layout (``RecordFormat``);
@@ -223,6 +229,11 @@ struct RecordKeyedEncoder<Key: CodingKey>: KeyedEncodingContainerProtocol {
             try encoder.field(key.stringValue, .bytes) { $0.data(v) }
         } else if T.self == UUID.self, let v = value as? UUID {
             try encoder.field(key.stringValue, .uuid) { $0.uuid(RecordID(v)) }
+        } else if T.self == ExternalData.self || T.self == ExternalData?.self, let v = value as? ExternalData? {
+            // The blob is kept before the record that references it is written.
+            guard let v else { return try encoder.fieldNil(key.stringValue) }
+            try encoder.field(key.stringValue, .map) { $0.value(v.fieldValue) }
+            if v.bytes != nil { try encoder.resolver.storeBlob(v, field: key.stringValue) }
         } else {
             let fieldValue: FieldValue
             do { fieldValue = try FieldValue(encoding: value) } catch {

@@ -59,6 +59,9 @@ public struct FieldSchema: Codable, Sendable, Equatable {
     /// A field whose values are of any kind (a ``FieldValue`` or ``JSONValue`` property):
     /// ``kind`` stays nil and no write is refused for its kind.
     public var anyKind: Bool?
+    /// An ``ExternalData`` field (kind `map`): records hold a reference, the bytes live in
+    /// the store's blob directory. A schema file says `"kind": "bytes", "external": true`.
+    public var external: Bool?
 }
 
 /// One secondary index of a stored type: the fields it orders by, and whether it is unique.
@@ -222,19 +225,25 @@ public struct FieldDeclaration: Codable, Sendable, Equatable {
     /// Values of any kind (a ``FieldValue`` or ``JSONValue`` property). In a schema file,
     /// `"kind": "any"` declares one.
     public var anyKind: Bool
+    /// Bytes kept outside the record (an ``ExternalData`` property; kind `map`, the stored
+    /// reference). In a schema file, `"kind": "bytes", "external": true` declares one. A
+    /// stored inline `bytes` field declared external has its values moved out at open.
+    public var external: Bool
     /// A schema file's `"default"`, read into ``TypeDeclaration/defaults`` by the type.
     var defaultJSON: JSONValue?
 
     /// A field `name` of `kind`; declare a counter with kind `.map`.
-    public init(name: String, kind: FieldKind, optional: Bool = false, counter: Bool = false, anyKind: Bool = false) {
+    /// `external`: kind `.map` is taken (the reference), whatever `kind` says.
+    public init(name: String, kind: FieldKind, optional: Bool = false, counter: Bool = false, anyKind: Bool = false, external: Bool = false) {
         self.name = name
-        self.kind = kind
+        self.kind = external ? .map : kind
         self.optional = optional
         self.counter = counter
         self.anyKind = anyKind
+        self.external = external
     }
 
-    enum CodingKeys: String, CodingKey, CaseIterable { case name, kind, optional, counter, `default` }
+    enum CodingKeys: String, CodingKey, CaseIterable { case name, kind, optional, counter, `default`, external }
     public init(from decoder: any Decoder) throws {
         try refuseUnknownKeys(decoder, CodingKeys.self)
         let c = try decoder.container(keyedBy: CodingKeys.self)
@@ -256,6 +265,14 @@ public struct FieldDeclaration: Codable, Sendable, Equatable {
             kind = parsed
             counter = try c.decodeIfPresent(Bool.self, forKey: .counter) ?? false
         }
+        external = try c.decodeIfPresent(Bool.self, forKey: .external) ?? false
+        if external {
+            guard kindName == "bytes" else {
+                throw DecodingError.dataCorruptedError(forKey: .external, in: c, debugDescription:
+                    "field '\(name)' is external, which only a field of kind bytes can be (not \(kindName))")
+            }
+            kind = .map   // the stored reference
+        }
         optional = try c.decodeIfPresent(Bool.self, forKey: .optional) ?? false
     }
 
@@ -263,7 +280,8 @@ public struct FieldDeclaration: Codable, Sendable, Equatable {
     public func encode(to encoder: any Encoder) throws {
         var c = encoder.container(keyedBy: CodingKeys.self)
         try c.encode(name, forKey: .name)
-        try c.encode(anyKind ? "any" : counter ? "counter" : kind.rawValue, forKey: .kind)
+        try c.encode(anyKind ? "any" : counter ? "counter" : external ? "bytes" : kind.rawValue, forKey: .kind)
+        if external { try c.encode(true, forKey: .external) }
         if optional { try c.encode(true, forKey: .optional) }
         if let defaultJSON { try c.encode(defaultJSON, forKey: .default) }
     }

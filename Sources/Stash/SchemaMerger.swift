@@ -368,6 +368,7 @@ struct SchemaMerger {
             }
         }
         let storedCount = try context.count(try context.layout(name).schema.tag)
+        try moveInlineBytesOut(declaration, into: context)
         let before = try context.layout(name).schema
         let localOnly = declaration.keepsStoredLocalOnly ? before.localOnly : declaration.localOnly
         try refuseRequiredFieldsMissingFromRecords(declaration, before, storedCount)
@@ -451,6 +452,7 @@ struct SchemaMerger {
                 type.fields[f].kind = field.kind
                 type.fields[f].optional = field.optional
                 type.fields[f].counter = field.counter ? true : nil
+                type.fields[f].external = field.external ? true : nil
             } else {
                 if !field.optional && storedCount > 0 && declaration.defaults[field.name] == nil {
                     throw StoreError(.incompatibleSchema, "store \(path): \(name).\(field.name) is new and not optional, but \(storedCount) stored \(name) records lack it; make it optional or set \(name).fieldDefaults[\"\(field.name)\"] (in a schema file, \"default\" on the field)")
@@ -458,7 +460,7 @@ struct SchemaMerger {
                 let tag = type.nextFieldTag
                 type.fields.append(FieldSchema(name: field.name, tag: tag, kind: field.anyKind ? nil : field.kind,
                                                optional: field.optional, counter: field.counter ? true : nil,
-                                               anyKind: field.anyKind ? true : nil))
+                                               anyKind: field.anyKind ? true : nil, external: field.external ? true : nil))
             }
         }
         if !declaration.fields.isEmpty {

@@ -70,6 +70,9 @@ public struct StoreError: Error, CustomStringConvertible, Sendable {
         /// A delete was refused because records refer to the record through a reference whose
         /// rule is ``DeleteRule/deny``.
         public static let deleteDenied = Code("deleteDenied")
+        /// The file of an external value (``ExternalData``) could not be written or read,
+        /// or holds other bytes than its name says.
+        public static let blob = Code("blob")
     }
 
     /// What went wrong, to switch on.

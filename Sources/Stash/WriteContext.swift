@@ -25,7 +25,7 @@ final class WriteContext: FieldTagResolver {
     private static let serials = Atomic<UInt64>(0)
     private(set) var catalog: Catalog
     @exclusivity(unchecked) private var schemaChanged = false
-    @exclusivity(unchecked) private var encodingType = ""
+    @exclusivity(unchecked) private(set) var encodingType = ""
     @exclusivity(unchecked) private var encodingLayout: TypeLayout?
     /// The capacity the next record encoding reserves (see ``encode(_:)``).
     @exclusivity(unchecked) private var encodedSizeHint = 256

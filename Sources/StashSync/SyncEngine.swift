@@ -120,6 +120,15 @@ public struct SyncReport: Sendable, CustomStringConvertible {
     /// The record states of the checkpoint this sync published (``SyncEngine/publishCheckpoint(via:)``),
     /// or nil when none was due.
     public var checkpointEntries: Int?
+    /// Blobs (``ExternalData``) this fetch received and kept, each checked against its hash.
+    public var blobsReceived = 0
+    /// Blobs the store's records reference that it still lacks after this fetch (the transport
+    /// does not have them yet): the records read, their blobs are pending, and every fetch
+    /// tries again.
+    public var blobsPending = 0
+    /// Blobs the transport holds that could not be read or did not match their hash (kept
+    /// pending, fetched again next time).
+    public var blobProblems: [String] = []
     /// The peer needed a reset (it fell behind purged history): same as ``sentFullSnapshot``.
     public var resetRequired: Bool { sentFullSnapshot }
 
@@ -127,6 +136,8 @@ public struct SyncReport: Sendable, CustomStringConvertible {
         var text = "sent \(sentEntries) record states, received \(receivedEntries) (\(changedHere) changed here)"
         if sentFullSnapshot { text += "; peer was behind purged history: sent a full snapshot (resetRequired)" }
         if let checkpointEntries { text += "; published a checkpoint of \(checkpointEntries) record states" }
+        if blobsReceived > 0 || blobsPending > 0 { text += "; blobs: \(blobsReceived) received, \(blobsPending) pending" }
+        if !blobProblems.isEmpty { text += "; blob problems: \(blobProblems.joined(separator: "; "))" }
         if !uniqueClashes.isEmpty { text += "; deleted for a unique value another record holds: \(uniqueClashes.map(\.description).joined(separator: "; "))" }
         if !uniqueClashesAtPeer.isEmpty { text += "; the peer deleted for a unique value another record holds: \(uniqueClashesAtPeer.map(\.description).joined(separator: "; "))" }
         if !parked.isEmpty { text += "; parked until the schema catches up: \(parked.joined(separator: ", "))" }
@@ -1069,6 +1080,8 @@ public final class SyncEngine: Sendable {
     /// - Returns: the clashes the peer settled while merging it, for a transport that says.
     @discardableResult
     private func deliver(_ delta: Delta, via transport: some SyncTransport) async throws -> [UniqueClash] {
+        // The blobs its records reference go first: a reader never waits for one this store had.
+        try await sendBlobs(of: delta, via: transport)
         do {
             return try await transport.deliverReportingClashes(delta.encoded(key: key), delta: delta, from: self)
         } catch let error as SyncError where error.code == .siteReused {
@@ -1158,6 +1171,10 @@ public final class SyncEngine: Sendable {
             if !consumed.isEmpty, store.durability != .full { try store.flush() }
             for (incoming, outcome) in consumed { try await incoming.consumed(outcome) }
             if cancelled { throw CancellationError() }
+            // The blobs the records reference and this store lacks (new ones, and those pending).
+            (report.blobsReceived, report.blobsPending, report.blobProblems) = try await fetchPendingBlobs(via: transport)
+            // And the ones an earlier send owed the other end, if they are here now.
+            try await sendBlobs(of: nil, via: transport)
             return report
         }
     }
@@ -1279,7 +1296,10 @@ public final class SyncEngine: Sendable {
         }
         let delta = try makeDelta(for: nil, watermark: try await transport.watermarkSite(for: self), fullSnapshot: true)
         coverage[site] = delta.to
+        try await sendBlobs(of: delta, via: transport)
         try await transport.publishCheckpoint(delta.encoded(key: key), coverage: coverage, from: self)
+        // Blobs that neither the new checkpoint nor a delta on the medium references go (a day on).
+        _ = try? await transport.collectBlobs(for: self, olderThan: Self.relayBlobGrace)
         return delta.entries.count
     }
 

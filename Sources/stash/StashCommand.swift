@@ -9,7 +9,7 @@ struct StashCommand: AsyncParsableCommand {
         abstract: "Inspect and edit Stash stores (typed records on LMDB).",
         discussion: "Every command takes the store directory first. Errors print one line on stderr and exit non-zero.",
         subcommands: [Demo.self, Init.self, Put.self, Update.self, CounterChange.self, Load.self, Get.self, Delete.self, Count.self, Dump.self,
-                      Stat.self, Verify.self, History.self, Backup.self, Compact.self,
+                      Stat.self, Verify.self, CollectBlobs.self, History.self, Backup.self, Compact.self,
                       Sync.self, ExportDelta.self, ImportDelta.self, Peers.self, ForgetPeer.self, Gate.self]
     )
 

@@ -392,4 +392,5 @@ let benchmarks: @Sendable () -> Void = {
     registerDeltaBenchmarks()
     registerRelayBenchmarks()
     registerAsyncBenchmarks()
+    registerBlobBenchmarks()
 }
