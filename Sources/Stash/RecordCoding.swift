@@ -339,6 +339,9 @@ final class TypeLayout: Sendable {
     private let slotsByName: [String: Int]
     /// The `Counter` fields (merged as PN-counters).
     let counterNames: Set<String>
+    /// The positions in ``names`` of the fields every record must hold (not optional, no
+    /// default).
+    let requiredSlots: [Int]
     /// For each of `schema.indexes`, the tag of each of its fields (nil: not in the schema).
     private let indexFieldTags: [[UInt16?]]
 
@@ -354,6 +357,7 @@ final class TypeLayout: Sendable {
         anyKinds = schema.fields.map { $0.anyKind == true }
         slotsByName = Dictionary(schema.fields.indices.map { (schema.fields[$0].name, $0) }, uniquingKeysWith: { a, _ in a })
         counterNames = Set(schema.fields.filter { $0.counter == true }.map(\.name))
+        requiredSlots = schema.fields.indices.filter { !schema.fields[$0].optional && schema.fields[$0].defaultValue == nil }
         let tagsByName = self.tagsByName
         indexFieldTags = schema.indexes.map { index in index.fields.map { tagsByName[$0] } }
     }

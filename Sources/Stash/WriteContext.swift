@@ -623,7 +623,10 @@ final class WriteContext: FieldTagResolver {
     /// (``settleMergedUniqueClashes()``), the same way on every replica.
     /// - Returns: false when the remote state changed nothing here.
     @discardableResult
-    func merge(_ remote: RecordState, origin: RecordID, sourceCounters: Set<String> = [], sentAt: Date? = nil) throws -> Bool {
+    func merge(_ remote: RecordState, origin: RecordID, sourceCounters: Set<String> = [], sentAt: Date? = nil,
+               sameSchema: Bool = false) throws -> Bool {
+        mergeFromSameSchema = sameSchema
+        defer { mergeFromSameSchema = false }
         if let latest = remote.latestVersion {
             guard latest.isWithinClockRange else {
                 throw StoreError(.invalidValue, "store \(path): the state of \(remote.type) \(remote.id) carries version \(latest), past the clock range (Version.maximumClock); its source's clock or the delta is broken, so it was not merged")
@@ -706,7 +709,7 @@ final class WriteContext: FieldTagResolver {
                        versionedOnly: Bool) throws -> Bool {
         let (local, stored) = try loadStoredRecordState(txn, dbs, layout, remote.id, site: siteID, path: path, versionedOnly: versionedOnly)
         var counters = layout.counterNames
-        if !sourceCounters.isEmpty || catalog.carried.fields[layout.schema.name] != nil {
+        if !sourceCounters.isEmpty || (!catalog.carried.isEmpty && catalog.carried.fields[layout.schema.name] != nil) {
             counters.formUnion(catalog.carried.counters(of: layout.schema.name))
             counters.formUnion(sourceCounters.filter { layout.tagsByName[$0] == nil })
         }
@@ -905,7 +908,7 @@ final class WriteContext: FieldTagResolver {
         // would fail on it. A merged value its type does not read (an array of other elements,
         // written by another version of the app) is carried instead, and the record keeps the
         // value it had, if that one reads.
-        if let swiftType = recordTypes[layout.schema.name] {
+        if let swiftType = recordTypes[layout.schema.name], !mergeFromSameSchema || !typedReadIsCertain(values, layout) {
             var triedOld = Set<String>()
             while let failure = Self.typedReadProblem(swiftType, encoded, state.id, layout) {
                 guard let field = failure.field, let position = values.firstIndex(where: { layout.names[$0.slot] == field }) else {
@@ -928,6 +931,26 @@ final class WriteContext: FieldTagResolver {
         if !carried.isEmpty { try noteCarried(carried.keys, of: layout.schema.name, counters: sourceCounters) }
         let versions = RecordVersions(incarnation: state.incarnation, tombstone: state.tombstone, fields: fieldVersions, carried: carried)
         return try put(layout, id: state.id, record: encoded, mode: .upsert, versions: versions, origin: origin, absent: absent)
+    }
+
+    /// A merge whose source has this store's schema (``merge(_:origin:sourceCounters:sentAt:sameSchema:)``):
+    /// what its top-level kinds allow, the app's type reads, but for nested values.
+    @exclusivity(unchecked) private var mergeFromSameSchema = false
+
+    /// Whether merged `values` of a source with this store's schema read back through the
+    /// app's type without decoding them: every required field holds a value, and none holds
+    /// values the schema does not describe (an array's or a map's elements, but a counter's).
+    /// O(fields).
+    private func typedReadIsCertain(_ values: [(slot: Int, tag: UInt16, value: FieldValue)], _ layout: TypeLayout) -> Bool {
+        for required in layout.requiredSlots where !values.contains(where: { $0.slot == required && $0.value != .null }) {
+            return false
+        }
+        return !values.contains { field in
+            switch field.value {
+            case .array, .map: return !layout.counterNames.contains(layout.names[field.slot])
+            default: return false
+            }
+        }
     }
 
     /// Why `encoded` does not read back as `type` (and the field at fault, from the decoding

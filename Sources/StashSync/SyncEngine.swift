@@ -776,7 +776,8 @@ public final class SyncEngine: Sendable {
                         continue
                     }
                     do {
-                        if try tx.merge(entry, origin: delta.source, counters: delta.counterFields?[entry.type] ?? [], sentAt: delta.created) { changed += 1 }
+                        if try tx.merge(entry, origin: delta.source, counters: delta.counterFields?[entry.type] ?? [], sentAt: delta.created,
+                                        sameSchema: check.sameSchema) { changed += 1 }
                     } catch let error as StoreError where error.code == .invalidValue && !(entry.latestVersion?.isWithinClockRange ?? true) {
                         // A state with a version past the clock range (a broken clock, a forged delta),
                         // refused before anything was written, is left out the same way on every
