@@ -24,10 +24,12 @@ let package = Package(
         ),
         // A file's inode and birth time (statx on Linux), for telling a store from its copy.
         .systemLibrary(name: "CFileIdentity", path: "CShims/CFileIdentity"),
-        .target(name: "StashLMDB", dependencies: ["CLMDB", "CFileIdentity"]),
+        // CRC-32C (with the processor's instruction) and reserving a file's blocks (fallocate).
+        .systemLibrary(name: "CStashShims", path: "CShims/CStashShims"),
+        .target(name: "StashLMDB", dependencies: ["CLMDB", "CFileIdentity", "CStashShims"]),
         // Naming a thread for the OS (prctl on Linux), for the threads the library starts.
         .systemLibrary(name: "CThreadName", path: "CShims/CThreadName"),
-        .target(name: "Stash", dependencies: ["StashLMDB", "CThreadName"]),
+        .target(name: "Stash", dependencies: ["StashLMDB", "CThreadName", .product(name: "Crypto", package: "swift-crypto")]),
         .target(name: "StashSync", dependencies: ["Stash", .product(name: "Crypto", package: "swift-crypto")]),
         .target(name: "StashGate", dependencies: ["Stash", .product(name: "Crypto", package: "swift-crypto")]),
         // The `stash` command. The module is StashCLI so that it never clashes with the

@@ -13,6 +13,8 @@ final class Catalog: Sendable {
     let carried: CarriedSchema
     /// The name of each tag of ``CarriedSchema/types``.
     let carriedNamesByTag: [UInt16: String]
+    /// Per parent type, the references to it (``RecordReference``); empty for none.
+    let incomingReferences: [String: [IncomingReference]]
 
     /// The name of the type whose states are kept under `tag`: a type of the schema, or one
     /// carried (or carried once, and declared since); nil for neither.
@@ -28,6 +30,7 @@ final class Catalog: Sendable {
         self.generation = generation
         self.carried = carried
         carriedNamesByTag = Dictionary(carried.types.map { ($0.value, $0.key) }, uniquingKeysWith: { a, _ in a })
+        incomingReferences = Self.incomingReferences(of: schema)
         var byName: [String: TypeLayout] = [:], byTag: [UInt16: TypeLayout] = [:]
         for type in schema.types {
             let layout = TypeLayout(type)
@@ -125,6 +128,8 @@ final class Catalog: Sendable {
 enum MetaKey {
     static let format = Array("format".utf8)
     static let schema = Array("schema".utf8)
+    /// The CRC-32C of ``schema``'s bytes (u64, little-endian), checked when it is read.
+    static let schemaChecksum = Array("schemaChecksum".utf8)
     static let schemaGeneration = Array("schemaGeneration".utf8)
     /// How far ahead each site's clock was found to run, as versions arrived from it
     /// (JSON: site id text → clock units).
@@ -148,6 +153,16 @@ enum MetaKey {
     /// The key of a history consumer: its name's canonical composition (NFC), since names
     /// that Swift takes for equal ("café" typed, "café" from a file name) are one consumer.
     static func consumer(_ name: String) -> [UInt8] { consumerPrefix + Array(name.precomposedStringWithCanonicalMapping.utf8) }
+
+    /// The keys Stash writes, each with the size of its value when that is fixed (`verify`
+    /// reports others: a damaged key, or a value of another size).
+    static let known: [[UInt8]: Int?] = [
+        format: 8, schema: nil, schemaChecksum: 8, schemaGeneration: 8, clockAhead: nil, carriedSchema: nil,
+        storeID: 16, siteID: 16, dataFile: nil, newSiteRequested: nil, copiedFrom: nil, nextSequence: 8,
+        created: 8, clock: 8, purgedThrough: 8,
+    ]
+    /// Prefixes of keys Stash writes: history consumers, the metadata area.
+    static let knownPrefixes: [[UInt8]] = [consumerPrefix, Array("x:".utf8)]
 }
 
 /// Little-endian fixed-width integers in values.

@@ -40,11 +40,14 @@ final class ProbeDecoder: Decoder {
     /// Keys the type asked about with `contains` or `decodeNil`.
     var askedPresence: Set<String> = []
 
-    func record(_ name: String, _ kind: FieldKind, optional: Bool, counter: Bool = false, anyKind: Bool = false) {
+    func record(_ name: String, _ kind: FieldKind, optional: Bool, counter: Bool = false, anyKind: Bool = false, external: Bool = false) {
         if !fields.contains(where: { $0.name == name }) {
-            fields.append(FieldDeclaration(name: name, kind: kind, optional: optional, counter: counter, anyKind: anyKind))
+            fields.append(FieldDeclaration(name: name, kind: kind, optional: optional, counter: counter, anyKind: anyKind, external: external))
         }
     }
+
+    /// An ``ExternalData`` property (or an optional one): bytes kept outside the record.
+    static func isExternal<T>(_ type: T.Type) -> Bool { T.self == ExternalData.self || T.self == ExternalData?.self }
 
     /// `FieldValue` and `JSONValue` (or optionals of them) hold values of any kind.
     static func holdsAnyKind<T>(_ type: T.Type) -> Bool {
@@ -80,13 +83,14 @@ struct ProbeKeyedDecoder<Key: CodingKey>: KeyedDecodingContainerProtocol {
         let (value, kind) = try PlaceholderValue.make(type)
         let optional = T.self is any ExpressibleByNilLiteral.Type || (try? PrimitiveDecoding.decode(type, .null, [key])) != nil
         probe.record(key.stringValue, kind, optional: optional, counter: T.self == Counter.self,
-                     anyKind: ProbeDecoder.holdsAnyKind(T.self))
+                     anyKind: ProbeDecoder.holdsAnyKind(T.self), external: ProbeDecoder.isExternal(T.self))
         return value
     }
 
     func decodeIfPresent<T: Decodable>(_ type: T.Type, forKey key: Key) throws -> T? {
         let (_, kind) = try PlaceholderValue.make(type)
-        probe.record(key.stringValue, kind, optional: true, counter: T.self == Counter.self, anyKind: ProbeDecoder.holdsAnyKind(T.self))
+        probe.record(key.stringValue, kind, optional: true, counter: T.self == Counter.self, anyKind: ProbeDecoder.holdsAnyKind(T.self),
+                     external: ProbeDecoder.isExternal(T.self))
         return nil
     }
     func decodeIfPresent(_ type: Bool.Type, forKey key: Key) throws -> Bool? { try optional(type, key) }
@@ -148,6 +152,7 @@ enum PlaceholderValue {
         // Any kind (``ProbeDecoder/holdsAnyKind(_:)``); the kind given is not used.
         case is FieldValue.Type: return (FieldValue.null as! T, .map)
         case is JSONValue.Type: return (JSONValue.null as! T, .map)
+        case is ExternalData.Type: return (ExternalData.placeholder as! T, .map)
         default: break
         }
         // `decode(T?.self, forKey:)`: nil, of the wrapped type's kind.

@@ -88,11 +88,17 @@ public struct HistoryChange: Sendable, Equatable {
 }
 
 extension HistoryEntry {
-    // Layout: [1] [timestamp f64 LE] [origin 16] [author: varint len + UTF-8] [count varint]
+    // Layout: [2] [CRC-32C of the bytes after it: u32 LE] [timestamp f64 LE] [origin 16]
+    //         [author: varint len + UTF-8] [count varint]
     //         { [type tag u16 BE] [id 16] [op u8] [field count varint] [tags varint…] }
+    // Format 1 was the same without the checksum; a store's entries are rewritten in format 2
+    // once, at its first open for writing (``ChecksumUpgrade``), and reads refuse format 1.
+    static let format: UInt8 = 2
+
     static func encode(timestamp: Date, origin: RecordID, author: String?, changes: [HistoryChange.Stored]) -> [UInt8] {
-        var w = ByteWriter(capacity: 32 + changes.count * 24)
-        w.bytes.append(1)
+        var w = ByteWriter(capacity: 36 + changes.count * 24)
+        w.bytes.append(format)
+        w.bytes.append(contentsOf: [0, 0, 0, 0] as [UInt8])
         w.littleEndian(timestamp.timeIntervalSince1970.bitPattern)
         w.recordID(origin)
         w.rawString(author ?? "")
@@ -106,7 +112,34 @@ extension HistoryEntry {
             w.varint(UInt64(change.fieldTags.count))
             for tag in change.fieldTags { w.varint(UInt64(tag)) }
         }
+        sealEntry(&w.bytes)
         return w.bytes
+    }
+
+    /// Writes the checksum of a format-2 entry (of its bytes from the sixth on) into it.
+    private static func sealEntry(_ bytes: inout [UInt8]) {
+        let sum = Checksum.crc32c(bytes, from: 5)
+        for i in 0..<4 { bytes[1 + i] = UInt8(truncatingIfNeeded: sum >> (8 * UInt32(i))) }
+    }
+
+    /// Reads the header of a stored entry: its format, and its checksum, checked.
+    private static func readHeader(_ r: inout ByteReader) throws {
+        let version = try r.byte()
+        guard version == format else {
+            throw RecordFormatError(reason: version == 1 ? "history entry format 1 (without a checksum) in a store whose entries all have one"
+                                                         : "unknown history entry format \(version)")
+        }
+        try r.checksum()
+    }
+
+    /// The bytes of an entry stored in format 1 (no checksum) in format 2; nil for bytes of
+    /// another format.
+    static func upgradingFormatOne(_ bytes: [UInt8]) -> [UInt8]? {
+        guard bytes.first == 1 else { return nil }
+        var upgraded: [UInt8] = [format, 0, 0, 0, 0]
+        upgraded.append(contentsOf: bytes[1...])
+        sealEntry(&upgraded)
+        return upgraded
     }
 
     /// Calls `body(typeTag, id, operation, writesFields)` for each change of a stored entry,
@@ -116,7 +149,7 @@ extension HistoryEntry {
     static func forEachChange(in bytes: [UInt8], writing fields: [UInt16], limit: Int,
                               _ body: (UInt16, RecordID, HistoryChange.Operation, Bool) throws -> Void) throws -> Bool {
         var r = ByteReader(bytes)
-        guard try r.byte() == 1 else { throw RecordFormatError(reason: "unknown history entry format") }
+        try readHeader(&r)
         try r.skip(8 + 16)                           // timestamp, origin
         try r.skip(Int(clamping: try r.varint()))    // author
         let count = try r.varint()
@@ -138,7 +171,7 @@ extension HistoryEntry {
 
     static func decodeStored(_ bytes: [UInt8]) throws -> (timestamp: Date, origin: RecordID, author: String?, changes: [HistoryChange.Stored]) {
         var r = ByteReader(bytes)
-        guard try r.byte() == 1 else { throw RecordFormatError(reason: "unknown history entry format") }
+        try readHeader(&r)
         let timestamp = Date(timeIntervalSince1970: try r.payloadDouble())
         guard let origin = RecordID(bytes: try r.take(16)) else { throw RecordFormatError(reason: "bad origin") }
         let author = try r.payloadString()

@@ -27,7 +27,8 @@ import Foundation
 /// durable: many tasks writing at once hold the pool's threads, and the observer waits its
 /// turn (20 tasks inserting on 2 cores: a median of about 400 ms; the same writes on threads
 /// of their own: under 15 ms). Keep bulk writers off the pool, or few, when delivery must be
-/// prompt. Reading is pull-based: a slow consumer never blocks writers; it simply reads more
+/// prompt: the async `try await store.write { }` holds no pool thread while it waits. For a
+/// query result that follows commits, see ``LiveQuery``. Reading is pull-based: a slow consumer never blocks writers; it simply reads more
 /// entries at its next step. If history the observer has not read yet is purged, iteration
 /// throws `.historyPurged`.
 public struct HistoryObservation: AsyncSequence, Sendable {

@@ -444,7 +444,7 @@ public struct StoreTransaction: StoreReading {
     /// Deletes a record. - Returns: false when there was none.
     @discardableResult
     public func delete<R: Record>(_ type: R.Type, id: RecordID) throws -> Bool {
-        try context.remove(try context.layout(R.recordType), id: id)
+        try context.removeApplyingDeleteRules(try context.layout(R.recordType), id: id)
     }
 
     /// Writes a record given as field values through the stored schema (for apps and tools
@@ -469,6 +469,6 @@ public struct StoreTransaction: StoreReading {
     /// Deletes a record by type name. - Returns: false when there was none.
     @discardableResult
     public func delete(typeNamed type: String, id: RecordID) throws -> Bool {
-        try context.remove(try context.layout(type), id: id)
+        try context.removeApplyingDeleteRules(try context.layout(type), id: id)
     }
 }

@@ -63,6 +63,9 @@ public protocol Record: Codable, Sendable {
     static var isLocalOnly: Bool { get }
     /// Values decoded for fields that a stored record lacks (a field added later).
     static var fieldDefaults: [String: FieldValue] { get }
+    /// Fields that hold a parent record's id, with what deleting the parent does (default:
+    /// none; see ``RecordReference``).
+    static var references: [RecordReference<Self>] { get }
 }
 
 extension Record {
@@ -70,6 +73,7 @@ extension Record {
     public static var indexes: [RecordIndex<Self>] { [] }
     public static var isLocalOnly: Bool { false }
     public static var fieldDefaults: [String: FieldValue] { [:] }
+    public static var references: [RecordReference<Self>] { [] }
 }
 
 /// A secondary index of a ``Record`` type, declared by key path.
@@ -190,6 +194,7 @@ extension Record {
         var declaration = TypeDeclaration(name: recordType, fields: fields ?? [], indexes: indexes.map(\.declaration),
                                           localOnly: isLocalOnly, defaults: fieldDefaults)
         declaration.isProbed = probed != nil
+        declaration.references = references.map(\.declaration)
         return declaration
     }
 }

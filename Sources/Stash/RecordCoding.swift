@@ -9,10 +9,16 @@ protocol FieldTagResolver: AnyObject {
     /// True when the type being encoded has a stored default for field `name` (a nil value
     /// must then be written as an explicit null, or it would read back as the default).
     func hasDefault(_ name: String) -> Bool
+    /// Keeps the bytes of `value` (made from bytes) as its blob, durably, before the record
+    /// that references it is written (see ``ExternalData``), and marks field `name` external.
+    func storeBlob(_ value: ExternalData, field name: String) throws
 }
 
 extension FieldTagResolver {
     func hasDefault(_ name: String) -> Bool { false }
+    func storeBlob(_ value: ExternalData, field name: String) throws {
+        throw StoreError(.invalidValue, "field '\(name)': an ExternalData made from bytes can only be written into a store")
+    }
 }
 
 /// Encodes a record's top-level fields straight into the stored layout (``RecordFormat``);
@@ -223,6 +229,11 @@ struct RecordKeyedEncoder<Key: CodingKey>: KeyedEncodingContainerProtocol {
             try encoder.field(key.stringValue, .bytes) { $0.data(v) }
         } else if T.self == UUID.self, let v = value as? UUID {
             try encoder.field(key.stringValue, .uuid) { $0.uuid(RecordID(v)) }
+        } else if T.self == ExternalData.self || T.self == ExternalData?.self, let v = value as? ExternalData? {
+            // The blob is kept before the record that references it is written.
+            guard let v else { return try encoder.fieldNil(key.stringValue) }
+            try encoder.field(key.stringValue, .map) { $0.value(v.fieldValue) }
+            if v.bytes != nil { try encoder.resolver.storeBlob(v, field: key.stringValue) }
         } else {
             let fieldValue: FieldValue
             do { fieldValue = try FieldValue(encoding: value) } catch {
@@ -328,6 +339,9 @@ final class TypeLayout: Sendable {
     private let slotsByName: [String: Int]
     /// The `Counter` fields (merged as PN-counters).
     let counterNames: Set<String>
+    /// The positions in ``names`` of the fields every record must hold (not optional, no
+    /// default).
+    let requiredSlots: [Int]
     /// For each of `schema.indexes`, the tag of each of its fields (nil: not in the schema).
     private let indexFieldTags: [[UInt16?]]
 
@@ -343,6 +357,7 @@ final class TypeLayout: Sendable {
         anyKinds = schema.fields.map { $0.anyKind == true }
         slotsByName = Dictionary(schema.fields.indices.map { (schema.fields[$0].name, $0) }, uniquingKeysWith: { a, _ in a })
         counterNames = Set(schema.fields.filter { $0.counter == true }.map(\.name))
+        requiredSlots = schema.fields.indices.filter { !schema.fields[$0].optional && schema.fields[$0].defaultValue == nil }
         let tagsByName = self.tagsByName
         indexFieldTags = schema.indexes.map { index in index.fields.map { tagsByName[$0] } }
     }
@@ -439,7 +454,7 @@ final class RecordDecoder: Decoder {
         fieldCount = try EncodedRecord.fieldCount(&reader)
         unread = fieldCount
         next = reader.offset
-        if !inOrder { table = try EncodedRecord(bytes) }
+        if !inOrder { table = try EncodedRecord(bytes, checkingSum: false) }
     }
 
     /// The tag of the next field in order (`unread` > 0).
@@ -500,7 +515,7 @@ final class RecordDecoder: Decoder {
                     }
                 }
             }
-            table = try EncodedRecord(bytes)
+            table = try EncodedRecord(bytes, checkingSum: false)
         }
         return table!.range(of: tag, hint: slot)
     }
@@ -517,7 +532,7 @@ final class RecordDecoder: Decoder {
     /// The record's field table, parsed now if the fields were read in order so far.
     func fieldTable() throws -> EncodedRecord {
         if let table { return table }
-        let parsed = try EncodedRecord(bytes)
+        let parsed = try EncodedRecord(bytes, checkingSum: false)
         table = parsed
         return parsed
     }

@@ -1,10 +1,10 @@
 import Foundation
 import StashLMDB
 
-/// The binary layout of a stored record (format 1):
+/// The binary layout of a stored record (format 2):
 ///
 /// ```
-/// [0x01 format] [field count: UInt16 LE] { [field tag: varint] [value] }*
+/// [0x02 format] [CRC-32C of the bytes after it: UInt32 LE] [field count: UInt16 LE] { [field tag: varint] [value] }*
 /// value = [kind byte] payload
 ///   0 null · 1 false · 2 true · 3 int (zigzag varint) · 4 double (8 bytes LE)
 ///   5 string (varint length + UTF-8) · 6 bytes (varint length + bytes) · 7 uuid (16 bytes)
@@ -16,8 +16,17 @@ import StashLMDB
 /// Fields are keyed by small per-type tags from the stored schema, not by name, so a record
 /// costs a byte or two per field name; fields can be added or dropped without rewriting
 /// stored records (unknown tags are skipped, missing tags use defaults).
+///
+/// The checksum covers the field count and the fields (bytes 7... of the record are its
+/// fields; 5 and 6 the count), and is checked by every read of the record: LMDB keeps no
+/// checksum, and a damaged page would otherwise read back as other values. Format 1 was the
+/// same without the checksum (`[0x01] [count] fields`); a store of format 2 or older
+/// (``SchemaMerger/format``) has its records rewritten once, at its first open for writing
+/// (``ChecksumUpgrade``). Records are never stored in format 1 otherwise: reads refuse it.
 enum RecordFormat {
-    static let version: UInt8 = 1
+    static let version: UInt8 = 2
+    /// Format byte, checksum, field count.
+    static let headerSize = 7
     /// How deep arrays and maps may nest in one value. Reading recurses once per level: an
     /// unbounded depth let a few hundred KB of a delta (`09 01` repeated) overflow the stack
     /// of every device importing it. Writes of deeper values are refused.
@@ -156,23 +165,52 @@ struct ByteWriter {
         }
     }
 
-    /// Starts a record: format byte and a count to be patched by ``finishRecord(fieldCount:)``.
+    /// Starts a record: format byte, then the checksum and count that
+    /// ``finishRecord(fieldCount:)`` fills in.
     mutating func beginRecord() {
         bytes.append(RecordFormat.version)
-        bytes.append(0)
-        bytes.append(0)
+        bytes.append(contentsOf: [0, 0, 0, 0, 0, 0] as [UInt8])
     }
 
+    /// Writes the field count and the checksum of the record (once every field is written).
     mutating func finishRecord(fieldCount: Int) {
-        bytes[1] = UInt8(truncatingIfNeeded: fieldCount)
-        bytes[2] = UInt8(truncatingIfNeeded: fieldCount >> 8)
+        bytes[5] = UInt8(truncatingIfNeeded: fieldCount)
+        bytes[6] = UInt8(truncatingIfNeeded: fieldCount >> 8)
+        let sum = Checksum.crc32c(bytes, from: 5)
+        bytes[1] = UInt8(truncatingIfNeeded: sum)
+        bytes[2] = UInt8(truncatingIfNeeded: sum >> 8)
+        bytes[3] = UInt8(truncatingIfNeeded: sum >> 16)
+        bytes[4] = UInt8(truncatingIfNeeded: sum >> 24)
     }
 }
 
 /// Thrown when stored bytes do not follow ``RecordFormat``; the store wraps it with names.
 struct RecordFormatError: Error, CustomStringConvertible {
     let reason: String
+    /// The bytes do not match their checksum: damaged after they were written.
+    var isChecksumMismatch = false
     var description: String { reason }
+
+    /// The error of bytes whose checksum `stored` is not `computed`.
+    static func checksumMismatch(stored: UInt32, computed: UInt32) -> RecordFormatError {
+        RecordFormatError(reason: "checksum mismatch (stored \(hex(stored)), bytes give \(hex(computed))): the bytes were damaged after they were written",
+                          isChecksumMismatch: true)
+    }
+
+    private static func hex(_ value: UInt32) -> String {
+        let digits = String(value, radix: 16)
+        return String(repeating: "0", count: 8 - digits.count) + digits
+    }
+}
+
+extension ByteReader {
+    /// Reads a 4-byte checksum (little-endian) and checks it against the CRC-32C of the bytes
+    /// after it, to the end of the reader's range.
+    mutating func checksum() throws {
+        let stored = UInt32(try byte()) | UInt32(try byte()) << 8 | UInt32(try byte()) << 16 | UInt32(try byte()) << 24
+        let computed = end == bytes.count ? Checksum.crc32c(bytes, from: offset) : Checksum.crc32c(bytes[offset..<end])
+        guard stored == computed else { throw RecordFormatError.checksumMismatch(stored: stored, computed: computed) }
+    }
 }
 
 /// Reads the binary encoding.
@@ -352,10 +390,17 @@ struct EncodedRecord {
         self.fields = fields
     }
 
+    /// Parses a stored record, checking its checksum first.
     init(_ bytes: [UInt8]) throws {
+        try self.init(bytes, checkingSum: true)
+    }
+
+    /// `checkingSum: false` for bytes whose checksum was checked already (a decoder that read
+    /// the header, then needs the table).
+    init(_ bytes: [UInt8], checkingSum: Bool) throws {
         self.bytes = bytes
         var reader = ByteReader(bytes)
-        let count = try Self.fieldCount(&reader)
+        let count = try Self.fieldCount(&reader, checkingSum: checkingSum)
         fields.reserveCapacity(count)
         var seen: UInt64 = 0   // tags below 64; others are looked for in `fields`
         for _ in 0..<count {
@@ -372,12 +417,29 @@ struct EncodedRecord {
         guard reader.isAtEnd else { throw RecordFormatError(reason: "\(bytes.count - reader.offset) trailing bytes") }
     }
 
-    /// Reads a stored record's header (format version, field count), leaving `reader` at the
-    /// first field; returns the field count.
-    static func fieldCount(_ reader: inout ByteReader) throws -> Int {
+    /// Reads a stored record's header (format version, checksum, field count), leaving
+    /// `reader` at the first field; returns the field count.
+    /// - Throws: ``RecordFormatError`` for another format, or bytes that do not match their
+    ///   checksum (unless `checkingSum` is false).
+    static func fieldCount(_ reader: inout ByteReader, checkingSum: Bool = true) throws -> Int {
         let version = try reader.byte()
-        guard version == RecordFormat.version else { throw RecordFormatError(reason: "unknown record format \(version)") }
+        guard version == RecordFormat.version else {
+            throw RecordFormatError(reason: version == 1 ? "record format 1 (without a checksum) in a store whose records all have one"
+                                                         : "unknown record format \(version)")
+        }
+        if checkingSum { try reader.checksum() } else { try reader.skip(4) }
         return Int(try reader.byte()) | Int(try reader.byte()) << 8
+    }
+
+    /// The bytes of a record stored in format 1 (no checksum) in format 2; nil for bytes of
+    /// another format. Nothing else changes: the fields stay byte for byte.
+    static func upgradingFormatOne(_ bytes: [UInt8]) -> [UInt8]? {
+        guard bytes.count >= 3, bytes[0] == 1 else { return nil }
+        var writer = ByteWriter(capacity: bytes.count + 4)
+        writer.beginRecord()
+        writer.bytes.append(contentsOf: bytes[3...])
+        writer.finishRecord(fieldCount: Int(bytes[1]) | Int(bytes[2]) << 8)
+        return writer.bytes
     }
 
     func range(of tag: UInt16) -> Range<Int>? {

@@ -33,6 +33,9 @@ public struct TypeSchema: Codable, Sendable, Equatable {
     public var localOnly: Bool
     /// The highest index tag ever given, so a dropped index's tag is never reused.
     public var lastIndexTag: UInt16?
+    /// Its fields that refer to parent records, with their delete rules (``RecordReference``);
+    /// nil for none.
+    public var references: [ReferenceDeclaration]?
 
     public func field(named name: String) -> FieldSchema? { fields.first { $0.name == name } }
     public func field(tagged tag: UInt16) -> FieldSchema? { fields.first { $0.tag == tag } }
@@ -56,6 +59,9 @@ public struct FieldSchema: Codable, Sendable, Equatable {
     /// A field whose values are of any kind (a ``FieldValue`` or ``JSONValue`` property):
     /// ``kind`` stays nil and no write is refused for its kind.
     public var anyKind: Bool?
+    /// An ``ExternalData`` field (kind `map`): records hold a reference, the bytes live in
+    /// the store's blob directory. A schema file says `"kind": "bytes", "external": true`.
+    public var external: Bool?
 }
 
 /// One secondary index of a stored type: the fields it orders by, and whether it is unique.
@@ -133,6 +139,9 @@ public struct TypeDeclaration: Codable, Sendable {
     /// Values for fields missing in stored records (fields added later). In JSON, a field's
     /// `"default"` (a value of its kind, as `stash put` reads one).
     public var defaults: [String: FieldValue]
+    /// Its fields that refer to parent records (``RecordReference``), replacing the stored
+    /// ones; nil (a schema file without `"references"`) keeps what the store has.
+    public var references: [ReferenceDeclaration]?
     /// A schema file that does not say `localOnly` keeps what the store has: a local-only
     /// type turns synced (and its records start to leave the device) only when asked.
     var keepsStoredLocalOnly = false
@@ -153,7 +162,7 @@ public struct TypeDeclaration: Codable, Sendable {
         self.defaults = defaults
     }
 
-    enum CodingKeys: String, CodingKey, CaseIterable { case name, fields, indexes, localOnly }
+    enum CodingKeys: String, CodingKey, CaseIterable { case name, fields, indexes, localOnly, references }
 
     public init(from decoder: any Decoder) throws {
         try refuseUnknownKeys(decoder, CodingKeys.self)
@@ -161,6 +170,7 @@ public struct TypeDeclaration: Codable, Sendable {
         name = try c.decode(String.self, forKey: .name)
         fields = try c.decodeIfPresent([FieldDeclaration].self, forKey: .fields) ?? []
         indexes = try c.decodeIfPresent([IndexDeclaration].self, forKey: .indexes) ?? []
+        references = try c.decodeIfPresent([ReferenceDeclaration].self, forKey: .references)
         let given = try c.decodeIfPresent(Bool.self, forKey: .localOnly)
         localOnly = given ?? false
         keepsStoredLocalOnly = given == nil
@@ -187,6 +197,7 @@ public struct TypeDeclaration: Codable, Sendable {
         // Left out when the declaration keeps the stored flag (as a schema file without it
         // does): written, it would turn a local-only type synced once read back.
         if !keepsStoredLocalOnly { try c.encode(localOnly, forKey: .localOnly) }
+        try c.encodeIfPresent(references, forKey: .references)
     }
 }
 
@@ -214,19 +225,25 @@ public struct FieldDeclaration: Codable, Sendable, Equatable {
     /// Values of any kind (a ``FieldValue`` or ``JSONValue`` property). In a schema file,
     /// `"kind": "any"` declares one.
     public var anyKind: Bool
+    /// Bytes kept outside the record (an ``ExternalData`` property; kind `map`, the stored
+    /// reference). In a schema file, `"kind": "bytes", "external": true` declares one. A
+    /// stored inline `bytes` field declared external has its values moved out at open.
+    public var external: Bool
     /// A schema file's `"default"`, read into ``TypeDeclaration/defaults`` by the type.
     var defaultJSON: JSONValue?
 
     /// A field `name` of `kind`; declare a counter with kind `.map`.
-    public init(name: String, kind: FieldKind, optional: Bool = false, counter: Bool = false, anyKind: Bool = false) {
+    /// `external`: kind `.map` is taken (the reference), whatever `kind` says.
+    public init(name: String, kind: FieldKind, optional: Bool = false, counter: Bool = false, anyKind: Bool = false, external: Bool = false) {
         self.name = name
-        self.kind = kind
+        self.kind = external ? .map : kind
         self.optional = optional
         self.counter = counter
         self.anyKind = anyKind
+        self.external = external
     }
 
-    enum CodingKeys: String, CodingKey, CaseIterable { case name, kind, optional, counter, `default` }
+    enum CodingKeys: String, CodingKey, CaseIterable { case name, kind, optional, counter, `default`, external }
     public init(from decoder: any Decoder) throws {
         try refuseUnknownKeys(decoder, CodingKeys.self)
         let c = try decoder.container(keyedBy: CodingKeys.self)
@@ -248,6 +265,14 @@ public struct FieldDeclaration: Codable, Sendable, Equatable {
             kind = parsed
             counter = try c.decodeIfPresent(Bool.self, forKey: .counter) ?? false
         }
+        external = try c.decodeIfPresent(Bool.self, forKey: .external) ?? false
+        if external {
+            guard kindName == "bytes" else {
+                throw DecodingError.dataCorruptedError(forKey: .external, in: c, debugDescription:
+                    "field '\(name)' is external, which only a field of kind bytes can be (not \(kindName))")
+            }
+            kind = .map   // the stored reference
+        }
         optional = try c.decodeIfPresent(Bool.self, forKey: .optional) ?? false
     }
 
@@ -255,7 +280,8 @@ public struct FieldDeclaration: Codable, Sendable, Equatable {
     public func encode(to encoder: any Encoder) throws {
         var c = encoder.container(keyedBy: CodingKeys.self)
         try c.encode(name, forKey: .name)
-        try c.encode(anyKind ? "any" : counter ? "counter" : kind.rawValue, forKey: .kind)
+        try c.encode(anyKind ? "any" : counter ? "counter" : external ? "bytes" : kind.rawValue, forKey: .kind)
+        if external { try c.encode(true, forKey: .external) }
         if optional { try c.encode(true, forKey: .optional) }
         if let defaultJSON { try c.encode(defaultJSON, forKey: .default) }
     }
@@ -370,7 +396,7 @@ private struct SchemaFileKey: CodingKey {
 
 /// Throws `DecodingError.dataCorrupted` at the first key of the object being decoded that
 /// `Keys` does not name.
-private func refuseUnknownKeys<Keys: CodingKey & CaseIterable>(_ decoder: any Decoder, _ keys: Keys.Type) throws {
+func refuseUnknownKeys<Keys: CodingKey & CaseIterable>(_ decoder: any Decoder, _ keys: Keys.Type) throws {
     let container = try decoder.container(keyedBy: SchemaFileKey.self)
     let known = Keys.allCases.map(\.stringValue)
     if let stray = container.allKeys.first(where: { !known.contains($0.stringValue) }) {

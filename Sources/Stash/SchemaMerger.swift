@@ -7,10 +7,12 @@ import StashLMDB
 struct SchemaMerger {
     /// 1: dates stored and indexed as seconds since 1970, strings indexed as their bytes;
     /// 2: dates as seconds since 2001 (`Date`'s own representation: every `Date` reads back
-    /// equal), strings indexed in their canonical composition (NFC, as Swift compares them).
-    /// Records of format 1 still read; indexes that may hold dates or strings are rebuilt
-    /// once, at the first open of a format-1 store.
-    static let format: UInt64 = 2
+    /// equal), strings indexed in their canonical composition (NFC, as Swift compares them);
+    /// 3: every record and history entry carries a CRC-32C checksum, checked on read
+    /// (``RecordFormat``). Stores of formats 1 and 2 are upgraded at their first open for
+    /// writing: their records and history entries get a checksum (``ChecksumUpgrade``), and
+    /// a format-1 store's indexes that may hold dates or strings are rebuilt.
+    static let format: UInt64 = 3
     let path: String
     let txn: WriteTransaction
     let dbs: StoreDatabases
@@ -30,6 +32,10 @@ struct SchemaMerger {
 
     static func loadSchema<T: TransactionReading>(_ txn: T, _ dbs: StoreDatabases, _ path: String) throws -> StoreSchema? {
         guard let bytes = try txn.get(dbs.meta, key: MetaKey.schema) else { return nil }
+        // Stores of format 3 keep the schema's checksum (older ones get it at their upgrade).
+        if let stored = try txn.uint64(dbs.meta, key: MetaKey.schemaChecksum), stored != UInt64(Checksum.crc32c(bytes)) {
+            throw StoreError(.corrupted, "store \(path): the stored schema does not match its checksum: the meta database is damaged; restore the store from a backup or a peer")
+        }
         let decoder = JSONDecoder()
         decoder.nonConformingFloatDecodingStrategy = .convertFromString(positiveInfinity: nonFinite.positive, negativeInfinity: nonFinite.negative, nan: nonFinite.nan)
         do { return try decoder.decode(StoreSchema.self, from: Data(bytes)) }
@@ -44,11 +50,14 @@ struct SchemaMerger {
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys]
         encoder.nonConformingFloatEncodingStrategy = .convertToString(positiveInfinity: nonFinite.positive, negativeInfinity: nonFinite.negative, nan: nonFinite.nan)
-        try txn.put(dbs.meta, key: MetaKey.schema, value: Array(try encoder.encode(schema)))
+        let bytes = Array(try encoder.encode(schema))
+        try txn.put(dbs.meta, key: MetaKey.schema, value: bytes)
+        try txn.put(dbs.meta, key: MetaKey.schemaChecksum, uint64: UInt64(Checksum.crc32c(bytes)))
         try txn.put(dbs.meta, key: MetaKey.schemaGeneration, uint64: generation)
     }
 
-    func run(_ declaration: SchemaDeclaration) throws -> Result {
+    func run(_ declared: SchemaDeclaration) throws -> Result {
+        let declaration = declared.indexingReferences()   // children are found through an index
         let (storeID, siteID) = try identity()
         let generation = try txn.uint64(dbs.meta, key: MetaKey.schemaGeneration) ?? 0
         let stored = try Self.loadSchema(txn, dbs, path) ?? StoreSchema()
@@ -59,12 +68,21 @@ struct SchemaMerger {
             // A new store: persist the (empty) schema so generic tools see a valid store.
             try Self.saveSchema(stored, generation: generation, txn, dbs)
         }
-        if try txn.uint64(dbs.meta, key: MetaKey.format) ?? Self.format < 2 {
+        let format = try txn.uint64(dbs.meta, key: MetaKey.format) ?? Self.format
+        if format < 2 {
             try rebuildIndexesOfFormatOne(context)
+        }
+        if format < Self.format {
+            // The checksums were given before this transaction (``ChecksumUpgrade``).
             try txn.put(dbs.meta, key: MetaKey.format, uint64: Self.format)
         }
         try migrate(context, declaring: declaration.types)
-        for type in declaration.types { try merge(type, into: context) }
+        // Types the store lacks are built whole and added in one change of the schema (each
+        // change makes a new catalog of every type: one per type made creating a store of
+        // thousands of types quadratic); the others are merged one by one.
+        let added = try addNewTypes(declaration.types, into: context)
+        for type in declaration.types where !added.contains(type.name) { try merge(type, into: context) }
+        try Self.mergeReferences(declaration, into: context, path: path)
         try context.finish()
         let (copiedFrom, preference) = try Self.storedOrigins(txn, dbs)
         return Result(storeID: storeID, siteID: siteID, copiedFrom: copiedFrom, catalog: context.catalog, syncPreference: preference,
@@ -177,7 +195,7 @@ struct SchemaMerger {
 
     /// Stored form of the data file's identity: inode, birth seconds, birth nanoseconds (24
     /// bytes big-endian).
-    private static func encoded(_ identity: FileIdentity) -> [UInt8] {
+    static func encoded(_ identity: FileIdentity) -> [UInt8] {
         var key = KeyBytes()
         key.appendBigEndian(identity.inode)
         key.appendBigEndian(UInt64(bitPattern: identity.birthSeconds))
@@ -187,7 +205,7 @@ struct SchemaMerger {
 
     /// ``encoded(_:)`` read back; the 16-byte form of an earlier build (device, inode) gives
     /// its inode without a birth time.
-    private static func fileIdentity(decoding bytes: [UInt8]) -> FileIdentity {
+    static func fileIdentity(decoding bytes: [UInt8]) -> FileIdentity {
         func word(_ at: Int) -> UInt64 {
             guard bytes.count >= at + 8 else { return 0 }
             return bytes[at..<at + 8].reduce(UInt64(0)) { $0 << 8 | UInt64($1) }
@@ -309,22 +327,48 @@ struct SchemaMerger {
         }
     }
 
+    /// Adds the declared types the store lacks and holds nothing of (no states or fields
+    /// carried for other replicas), each built whole as ``merge(_:into:)`` would make it, in
+    /// one change of the schema. O(types + their fields and indexes).
+    /// - Returns: the names of the types added.
+    private func addNewTypes(_ declarations: [TypeDeclaration], into context: WriteContext) throws -> Set<String> {
+        let catalog = context.catalog
+        var nextTag = catalog.schema.nextTypeTag
+        var added: [TypeSchema] = []
+        for declaration in declarations where catalog.layoutsByName[declaration.name] == nil
+            && catalog.carried.types[declaration.name] == nil && catalog.carried.fields[declaration.name] == nil {
+            try refuseStrayDefaults(declaration)
+            var type = TypeSchema(name: declaration.name, tag: nextTag, fields: [], indexes: [], localOnly: declaration.localOnly)
+            try applyFields(of: declaration, to: &type, storedCount: 0, unheld: [], version: catalog.schema.version)
+            appendMissingIndexes(of: declaration, to: &type)
+            added.append(type)
+            nextTag += 1
+        }
+        if !added.isEmpty { context.updateSchema { $0.types.append(contentsOf: added) } }
+        return Set(added.map(\.name))
+    }
+
+    /// A default for a field the type does not decode (a misspelt name) would add a field of
+    /// that name to every record for good, and leave the intended one without.
+    private func refuseStrayDefaults(_ declaration: TypeDeclaration) throws {
+        guard !declaration.fields.isEmpty else { return }
+        let name = declaration.name
+        let declared = Set(declaration.fields.map(\.name))
+        if let stray = declaration.defaults.keys.sorted().first(where: { !declared.contains($0) }) {
+            throw StoreError(.incompatibleSchema, "store \(path): \(name).fieldDefaults names '\(stray)', a field \(name) does not decode (its fields: \(declared.sorted().joined(separator: ", "))); check the name")
+        }
+    }
+
     private func merge(_ declaration: TypeDeclaration, into context: WriteContext) throws {
         let name = declaration.name
-        if !declaration.fields.isEmpty {
-            // A default for a field the type does not decode (a misspelt name) would add a
-            // field of that name to every record for good, and leave the intended one without.
-            let declared = Set(declaration.fields.map(\.name))
-            if let stray = declaration.defaults.keys.sorted().first(where: { !declared.contains($0) }) {
-                throw StoreError(.incompatibleSchema, "store \(path): \(name).fieldDefaults names '\(stray)', a field \(name) does not decode (its fields: \(declared.sorted().joined(separator: ", "))); check the name")
-            }
-        }
-        if context.catalog.schema.type(named: name) == nil {
+        try refuseStrayDefaults(declaration)
+        if context.catalog.layoutsByName[name] == nil {
             context.updateSchema { schema in
                 schema.types.append(TypeSchema(name: name, tag: schema.nextTypeTag, fields: [], indexes: [], localOnly: declaration.localOnly))
             }
         }
         let storedCount = try context.count(try context.layout(name).schema.tag)
+        try moveInlineBytesOut(declaration, into: context)
         let before = try context.layout(name).schema
         let localOnly = declaration.keepsStoredLocalOnly ? before.localOnly : declaration.localOnly
         try refuseRequiredFieldsMissingFromRecords(declaration, before, storedCount)
@@ -343,59 +387,12 @@ struct SchemaMerger {
             guard let kind = old.kind, kind != field.kind else { continue }
             if try storedCount == 0 || !anyRecordHolds(old.tag, of: before) { unheld.insert(field.name) }
         }
-        try context.updateSchema { schema in
-            let t = schema.types.firstIndex { $0.name == name }!
-            schema.types[t].localOnly = localOnly
-            for field in declaration.fields {
-                if let f = schema.types[t].fields.firstIndex(where: { $0.name == field.name }) {
-                    let stored = schema.types[t].fields[f]
-                    if field.anyKind {
-                        // Whatever kind the values stored so far have, the field takes any now.
-                        schema.types[t].fields[f].kind = nil
-                        schema.types[t].fields[f].anyKind = true
-                        schema.types[t].fields[f].optional = field.optional
-                        schema.types[t].fields[f].counter = nil
-                        continue
-                    }
-                    schema.types[t].fields[f].anyKind = nil
-                    if let kind = stored.kind, kind != field.kind, !unheld.contains(field.name) {
-                        throw StoreError(.incompatibleSchema, "store \(path): \(name).\(field.name) is stored as \(kind.rawValue) but declared \(field.kind.rawValue); add a Migration (version \(schema.version + 1)) that converts it")
-                    }
-                    // Counter or plain map decides how replicas merge the field; a store that
-                    // holds records keeps its choice (replicas that merged differently diverge).
-                    if storedCount > 0, stored.kind != nil, (stored.counter == true) != field.counter {
-                        let was = stored.counter == true ? "a counter" : "a plain \(stored.kind?.rawValue ?? "value")"
-                        throw StoreError(.incompatibleSchema, "store \(path): \(name).\(field.name) is \(was) in the \(storedCount) stored \(name) records but declared \(field.counter ? "a counter" : "a plain \(field.kind.rawValue)"); declare it as stored (a schema file says \"kind\": \"counter\" for a counter)")
-                    }
-                    schema.types[t].fields[f].kind = field.kind
-                    schema.types[t].fields[f].optional = field.optional
-                    schema.types[t].fields[f].counter = field.counter ? true : nil
-                } else {
-                    if !field.optional && storedCount > 0 && declaration.defaults[field.name] == nil {
-                        throw StoreError(.incompatibleSchema, "store \(path): \(name).\(field.name) is new and not optional, but \(storedCount) stored \(name) records lack it; make it optional or set \(name).fieldDefaults[\"\(field.name)\"] (in a schema file, \"default\" on the field)")
-                    }
-                    let tag = schema.types[t].nextFieldTag
-                    schema.types[t].fields.append(FieldSchema(name: field.name, tag: tag, kind: field.anyKind ? nil : field.kind,
-                                                              optional: field.optional, counter: field.counter ? true : nil,
-                                                              anyKind: field.anyKind ? true : nil))
-                }
-            }
-            if !declaration.fields.isEmpty {
-                // A stored field the type no longer declares is not written by it: records it
-                // writes lack the field, so it is optional from now on. Declared required
-                // again later, the check above then counts the records that lack it.
-                let declared = Set(declaration.fields.map(\.name))
-                for f in schema.types[t].fields.indices where !declared.contains(schema.types[t].fields[f].name) {
-                    schema.types[t].fields[f].optional = true
-                }
-            }
-            for (fieldName, value) in declaration.defaults {
-                if let f = schema.types[t].fields.firstIndex(where: { $0.name == fieldName }) {
-                    schema.types[t].fields[f].defaultValue = try storedDefault(value, of: "\(name).\(fieldName)", kind: schema.types[t].fields[f].kind)
-                } else {
-                    let tag = schema.types[t].nextFieldTag
-                    schema.types[t].fields.append(FieldSchema(name: fieldName, tag: tag, kind: value.kind, optional: true, defaultValue: value))
-                }
+        var merged = before
+        merged.localOnly = localOnly
+        try applyFields(of: declaration, to: &merged, storedCount: storedCount, unheld: unheld, version: context.catalog.schema.version)
+        if merged != before {
+            context.updateSchema { schema in
+                if let t = schema.types.firstIndex(where: { $0.tag == merged.tag }) { schema.types[t] = merged }
             }
         }
         // What the store carried for the type while it was not declared here, or for fields
@@ -423,6 +420,75 @@ struct SchemaMerger {
             && index.fields.contains(where: changedDefaults.contains) {
             try removeEntries(of: index, of: after)
             try backfill(index, of: name, context)
+        }
+    }
+
+    /// Merges the fields and defaults of `declaration` into `type` (holding `storedCount`
+    /// records; `unheld`: fields whose kind may change, no record holding a value of them).
+    /// - Throws: `.incompatibleSchema` for a change the stored records do not allow.
+    private func applyFields(of declaration: TypeDeclaration, to type: inout TypeSchema, storedCount: Int, unheld: Set<String>, version: Int) throws {
+        let name = declaration.name
+        for field in declaration.fields {
+            if let f = type.fields.firstIndex(where: { $0.name == field.name }) {
+                let stored = type.fields[f]
+                if field.anyKind {
+                    // Whatever kind the values stored so far have, the field takes any now.
+                    type.fields[f].kind = nil
+                    type.fields[f].anyKind = true
+                    type.fields[f].optional = field.optional
+                    type.fields[f].counter = nil
+                    continue
+                }
+                type.fields[f].anyKind = nil
+                if let kind = stored.kind, kind != field.kind, !unheld.contains(field.name) {
+                    throw StoreError(.incompatibleSchema, "store \(path): \(name).\(field.name) is stored as \(kind.rawValue) but declared \(field.kind.rawValue); add a Migration (version \(version + 1)) that converts it")
+                }
+                // Counter or plain map decides how replicas merge the field; a store that
+                // holds records keeps its choice (replicas that merged differently diverge).
+                if storedCount > 0, stored.kind != nil, (stored.counter == true) != field.counter {
+                    let was = stored.counter == true ? "a counter" : "a plain \(stored.kind?.rawValue ?? "value")"
+                    throw StoreError(.incompatibleSchema, "store \(path): \(name).\(field.name) is \(was) in the \(storedCount) stored \(name) records but declared \(field.counter ? "a counter" : "a plain \(field.kind.rawValue)"); declare it as stored (a schema file says \"kind\": \"counter\" for a counter)")
+                }
+                type.fields[f].kind = field.kind
+                type.fields[f].optional = field.optional
+                type.fields[f].counter = field.counter ? true : nil
+                type.fields[f].external = field.external ? true : nil
+            } else {
+                if !field.optional && storedCount > 0 && declaration.defaults[field.name] == nil {
+                    throw StoreError(.incompatibleSchema, "store \(path): \(name).\(field.name) is new and not optional, but \(storedCount) stored \(name) records lack it; make it optional or set \(name).fieldDefaults[\"\(field.name)\"] (in a schema file, \"default\" on the field)")
+                }
+                let tag = type.nextFieldTag
+                type.fields.append(FieldSchema(name: field.name, tag: tag, kind: field.anyKind ? nil : field.kind,
+                                               optional: field.optional, counter: field.counter ? true : nil,
+                                               anyKind: field.anyKind ? true : nil, external: field.external ? true : nil))
+            }
+        }
+        if !declaration.fields.isEmpty {
+            // A stored field the type no longer declares is not written by it: records it
+            // writes lack the field, so it is optional from now on. Declared required
+            // again later, the check above then counts the records that lack it.
+            let declared = Set(declaration.fields.map(\.name))
+            for f in type.fields.indices where !declared.contains(type.fields[f].name) {
+                type.fields[f].optional = true
+            }
+        }
+        for (fieldName, value) in declaration.defaults {
+            if let f = type.fields.firstIndex(where: { $0.name == fieldName }) {
+                type.fields[f].defaultValue = try storedDefault(value, of: "\(name).\(fieldName)", kind: type.fields[f].kind)
+            } else {
+                let tag = type.nextFieldTag
+                type.fields.append(FieldSchema(name: fieldName, tag: tag, kind: value.kind, optional: true, defaultValue: value))
+            }
+        }
+    }
+
+    /// Adds to `type` each index `declaration` lists that it lacks (a new type's: no entries to
+    /// build).
+    private func appendMissingIndexes(of declaration: TypeDeclaration, to type: inout TypeSchema) {
+        for wanted in declaration.indexes where type.index(named: IndexSchema.name(for: wanted.fields)) == nil {
+            let index = IndexSchema(name: IndexSchema.name(for: wanted.fields), tag: type.nextIndexTag, fields: wanted.fields, unique: wanted.unique)
+            type.indexes.append(index)
+            type.lastIndexTag = index.tag
         }
     }
 

@@ -83,6 +83,7 @@ extension Store {
         // A type of the app's own, a string longer than the indexed prefix, a field stored in
         // another form, or an array or map: the snapshot's count builds the key from the
         // stored form and rechecks candidates, or reads the records.
+        try checkOpen()
         if !key.isLossy && V.indexComponentMatchesStoredForm && !isUncanonicalIndexValue(value), let n = try storageErrors(path, {
             try env.read { txn -> Int? in
                 guard try index.confirm(in: try catalog(for: txn), of: self).keyMatchesStoredKind else { return nil }
@@ -97,7 +98,8 @@ extension Store {
     /// Runs `body` with the schema of a recycled read transaction and a one-`mdb_cursor_count`
     /// counter of index keys in it: no snapshot object for the O(1) counts.
     private func indexCount(_ body: (Catalog, (KeyBytes) throws -> Int?) throws -> Int?) throws -> Int? {
-        try storageErrors(path) {
+        try checkOpen()
+        return try storageErrors(path) {
             try env.read { txn in try body(try catalog(for: txn)) { key in try txn.duplicateCount(dbs.index, key: key) } }
         }
     }

@@ -247,9 +247,18 @@ extension StoreTransaction {
     /// - Throws: `.invalidValue` for a version past ``Version/maximumClock``, a counter field
     ///   whose value is no counter's state (``Counter/problem(in:)``), or a type or field name
     ///   no record can have (empty, `id`).
+    ///
+    /// What is merged must read back through the app's type (the `Record` types the store was
+    /// opened with): a value it cannot read (an enum case or a nested shape of another app
+    /// version) is carried instead, the record keeping the value it had. With `sameSchema`
+    /// (the source's schema fingerprint is this store's), only nested values (arrays, maps)
+    /// are checked so: the rest a source of the same schema cannot get wrong without its
+    /// own typed reads failing. The check decodes the record once (a few thousand
+    /// instructions); it is skipped for a store opened without `Record` types.
     @discardableResult
-    public func merge(_ state: RecordState, origin: RecordID, counters: Set<String> = [], sentAt: Date? = nil) throws -> Bool {
-        try context.merge(state, origin: origin, sourceCounters: counters, sentAt: sentAt)
+    public func merge(_ state: RecordState, origin: RecordID, counters: Set<String> = [], sentAt: Date? = nil,
+                      sameSchema: Bool = false) throws -> Bool {
+        try context.merge(state, origin: origin, sourceCounters: counters, sentAt: sentAt, sameSchema: sameSchema)
     }
 
     /// Settles now, on the state this transaction holds, the unique-index clashes its merges

@@ -143,6 +143,9 @@ public final class Store: Sendable {
     /// The Swift types of this open's declaration, by record type name: a merge checks that
     /// what it writes reads back through them (``WriteContext``).
     let recordTypes: [String: any Record.Type]
+    /// Whether the store is closed, its async work in flight, the live queries following its
+    /// commits (``close()``, ``observe(_:pollInterval:)``).
+    let runtime: StoreRuntime
 
     var catalog: Catalog { catalogBox.withLock { $0.catalog } }
 
@@ -242,6 +245,20 @@ public final class Store: Sendable {
                 throw StoreError(.notAStore, "no store in \(path) (\(dataSize == nil ? "no data.mdb" : "its data.mdb is empty")); create one with `stash init \(path) --schema FILE`; nothing was changed")
             }
         }
+        // An open that fails while making the store leaves nothing behind (a full disk, say):
+        // no half-made store, no stray lock file (``Environment/removeUnfinished(at:removingDirectory:)``
+        // removes nothing another open uses).
+        let creating = !options.readOnly && (dataSize ?? 0) == 0
+        do {
+            return try openEnvironment(at: path, declaration: declaration, options: options, recordTypes: recordTypes)
+        } catch {
+            if creating { Environment.removeUnfinished(at: path, removingDirectory: !exists) }
+            throw error
+        }
+    }
+
+    private static func openEnvironment(at path: String, declaration: SchemaDeclaration, options: StoreOptions,
+                                        recordTypes: [String: any Record.Type]) throws -> Store {
         var config = EnvironmentConfiguration(databases: StoreDatabases.specs, durability: options.durability)
         config.initialMapSize = options.initialMapSize
         config.maxReaders = options.maxReaders
@@ -263,17 +280,38 @@ public final class Store: Sendable {
             throw StoreError(.readOnly, "store \(path) lacks a database this version of Stash keeps and cannot be read read-only; open it once for writing: \(error)",
                              underlying: error)
         }
+        catch where error.code == .noSpace {
+            throw StoreError(.noSpace, "cannot open store \(path): no space left on device (\(error.operation)): \(error.detail ?? "free some space, then try again")", underlying: error)
+        }
+        catch where error.code == .damaged {
+            throw StoreError(.corrupted, "store \(path) is damaged: \(error.detail ?? "\(error)")", underlying: error)
+        }
+        catch where error.code == .corrupted {
+            throw StoreError(.corrupted, "cannot open store \(path): \(error)", underlying: error)
+        }
         catch { throw StoreError(.storage, "cannot open store \(path): \(error)", underlying: error) }
+        // A handle for this store, given back at `close()` or when it goes away. An
+        // environment closing just now (its last store was closed) is opened anew: the open
+        // then waits for the close (the window in which the closing one is still handed out is
+        // a few instructions long, so this recursion is shallow).
+        guard env.retainHandle() else {
+            sched_yield()
+            return try open(at: path, declaration: declaration, options: options, recordTypes: recordTypes)
+        }
+        var handed = false
+        defer { if !handed { env.releaseHandle() } }
         let dbs: StoreDatabases
         do { dbs = try StoreDatabases(env) }
         catch { throw StoreError(.storage, "cannot open store \(path): \(error)", underlying: error) }
         let opened = try storageErrors(env.path) {
             if options.readOnly { return try env.read { txn in try SchemaMerger.inspect(txn, dbs, env.path, migrations: options.migrations) } }
+            try ChecksumUpgrade.runIfNeeded(env, dbs, progress: options.progress)
             let dataFile = try env.dataFileIdentity()
             return try env.write { txn in
                 try SchemaMerger(path: env.path, txn: txn, dbs: dbs, options: options, dataFile: dataFile).run(declaration)
             }
         }
+        handed = true
         return Store(path: env.path, env: env, dbs: dbs, opened: opened, now: options.clock, readOnly: options.readOnly,
                      typesLearningFields: Set(declaration.types.filter(\.learnsFields).map(\.name)), recordTypes: recordTypes)
     }
@@ -293,6 +331,12 @@ public final class Store: Sendable {
         self.copiedFrom = opened.copiedFrom
         self.syncPreferenceAtOpen = opened.syncPreference
         self.catalogBox = Mutex((opened.catalog, 0))
+        self.runtime = StoreRuntime(path: path)
+    }
+
+    deinit {
+        // The environment's handle, unless `close()` gave it back.
+        if runtime.markClosed() { env.releaseHandle() }
     }
 
     /// The site id stored in `txn`'s state. Another open may take a new one after
@@ -317,11 +361,20 @@ public final class Store: Sendable {
     /// the caller's, and an actor-isolated closure runs on its actor. (A caller outside any
     /// task, a plain `Thread` or a Dispatch queue, may have its closure run on another
     /// writer's thread: it must not rely on thread-local state.) The call returns once its
-    /// changes are durable (at the store's ``Durability``).
+    /// changes are durable (at the store's ``Durability``). In an `async` function Swift picks
+    /// the async `write`, which needs `await`; pass `isolation: #isolation` to block there.
     /// - Parameters:
     ///   - author: recorded in the history entry (like Core Data's transaction author).
     ///   - isolation: the caller's actor, filled in by the compiler.
     public func write<R>(author: String? = nil, isolation: isolated (any Actor)? = #isolation,
+                         _ body: (StoreTransaction) throws -> R) throws -> R {
+        try checkOpen()
+        return try performWrite(author: author, isolation: isolation, body)
+    }
+
+    /// ``write(author:isolation:_:)`` without the check that the store is open (the async
+    /// write runs it for calls made before ``close()``).
+    func performWrite<R>(author: String?, isolation: isolated (any Actor)? = #isolation,
                          _ body: (StoreTransaction) throws -> R) throws -> R {
         if isReadOnly {
             throw StoreError(.readOnly, "store \(path) was opened read-only (StoreOptions.readOnly); open it again without it to write")
@@ -340,6 +393,7 @@ public final class Store: Sendable {
         }
         if let changedCatalog { publish(changedCatalog) }
         for action in afterCommit { action() }
+        runtime.committed()
         return result
     }
 
@@ -348,7 +402,18 @@ public final class Store: Sendable {
     /// Keep writes out of `body`: a write started inside a read works until the map must grow,
     /// and then throws ``StoreError`` (`.storage`, `MDB_MAP_FULL`) instead of growing it, since
     /// the growth waits for every transaction of the process to end, this read included.
-    public func read<R>(_ body: (StoreSnapshot) throws -> R) throws -> R {
+    ///
+    /// In an `async` function Swift picks the async `read`, which needs `await`; pass
+    /// `isolation: #isolation` to run this synchronous one there (on a thread meant to block,
+    /// say). The same goes for ``write(author:isolation:_:)``.
+    /// - Parameter isolation: the caller's actor, filled in by the compiler.
+    public func read<R>(isolation: isolated (any Actor)? = #isolation, _ body: (StoreSnapshot) throws -> R) throws -> R {
+        try checkOpen()
+        return try performRead(body)
+    }
+
+    /// ``read(_:)`` without the check that the store is open.
+    func performRead<R>(_ body: (StoreSnapshot) throws -> R) throws -> R {
         try storageErrors(path) {
             try env.read { txn in try body(StoreSnapshot(store: self, txn: txn, catalog: try catalog(for: txn))) }
         }
@@ -460,7 +525,8 @@ public struct StoreStatistics: Sendable, Codable {
 
 /// Wraps LMDB errors into ``StoreError/Code/storage`` with the store path (a nested write
 /// into `.nestedWrite`, a key over LMDB's limit into `.invalidValue`: the caller's doing, not
-/// the disk's); lets ``StoreError`` and everything else through unchanged.
+/// the disk's; a full file system into `.noSpace`; damage LMDB or StashLMDB found into
+/// `.corrupted`); lets ``StoreError`` and everything else through unchanged.
 func storageErrors<R>(_ path: String, _ body: () throws -> R) throws -> R {
     do {
         return try body()
@@ -470,6 +536,14 @@ func storageErrors<R>(_ path: String, _ body: () throws -> R) throws -> R {
             throw StoreError(.nestedWrite, "store \(path): a nested write (started inside another write on this thread, it would wait for itself); do the work in the outer write's transaction", underlying: error)
         case .keyTooLong:
             throw StoreError(.invalidValue, "store \(path): \(error.message(naming: error.path != path))", underlying: error)
+        case .noSpace:
+            throw StoreError(.noSpace, "store \(path): no space left on device (\(error.operation)\(error.path != path ? " in \(error.path)" : "")): \(error.detail ?? "free some space, then try again")", underlying: error)
+        case .inUse:
+            throw StoreError(.inUse, "store \(path): \(error.message(naming: error.path != path))", underlying: error)
+        case .corrupted, .pageNotFound, .damaged:
+            throw StoreError(.corrupted, "store \(path) is damaged: \(error.message(naming: error.path != path))", underlying: error)
+        case .closed:
+            throw StoreError(.closed, "store \(path) was closed (Store.close() of every store of the directory in this process); open it again with Store.open", underlying: error)
         default:
             throw StoreError(.storage, "store \(path): \(error.message(naming: error.path != path))", underlying: error)
         }

@@ -31,7 +31,8 @@ public struct StoreError: Error, CustomStringConvertible, Sendable {
         public static let uniqueViolation = Code("uniqueViolation")
         /// The declared schema cannot be reconciled with the stored one without a migration.
         public static let incompatibleSchema = Code("incompatibleSchema")
-        /// Stored bytes could not be decoded.
+        /// Stored bytes could not be decoded, do not match their checksum, or LMDB found its
+        /// own pages damaged (`MDB_CORRUPTED`, `MDB_PAGE_NOTFOUND`, a data file cut short).
         public static let corrupted = Code("corrupted")
         /// The directory is not a Stash store (or is a newer format).
         public static let notAStore = Code("notAStore")
@@ -46,6 +47,13 @@ public struct StoreError: Error, CustomStringConvertible, Sendable {
         public static let historyAhead = Code("historyAhead")
         /// LMDB failed; ``StoreError/underlying`` holds the ``LMDBError``.
         public static let storage = Code("storage")
+        /// The file system holding the store is full ("no space left on device"): nothing of
+        /// the write was committed, and the store works again once space is freed.
+        /// ``StoreError/underlying`` holds the ``LMDBError`` (``LMDBError/Code/noSpace``).
+        public static let noSpace = Code("noSpace")
+        /// The operation needs the store to itself (compaction in place), and another process,
+        /// or a `Store` of this one, has it open.
+        public static let inUse = Code("inUse")
         /// A write was started inside another write on the same thread (it would wait for
         /// itself): a programming error, not a storage fault. Do the work in the outer
         /// write's transaction.
@@ -54,6 +62,17 @@ public struct StoreError: Error, CustomStringConvertible, Sendable {
         /// store that must be upgraded first, or an open for writing of a store this process
         /// has open read-only.
         public static let readOnly = Code("readOnly")
+        /// The store was closed (``Store/close()``): open it again to go on.
+        public static let closed = Code("closed")
+        /// A record refers to a parent that does not exist (a ``RecordReference`` field naming a
+        /// record its parent type does not hold).
+        public static let parentNotFound = Code("parentNotFound")
+        /// A delete was refused because records refer to the record through a reference whose
+        /// rule is ``DeleteRule/deny``.
+        public static let deleteDenied = Code("deleteDenied")
+        /// The file of an external value (``ExternalData``) could not be written or read,
+        /// or holds other bytes than its name says.
+        public static let blob = Code("blob")
     }
 
     /// What went wrong, to switch on.

@@ -18,8 +18,9 @@ extension WriteContext {
     /// type's, another replica's, or a migration's to change. O(fields) name lookups.
     func checkedForGenericPut(_ record: GenericRecord, learnsFields: Bool) throws -> GenericRecord {
         let type = try layout(record.type).schema
-        var checked = record
-        for (name, value) in record.fields where name != "id" {
+        // Bytes for an external field are kept as its blob, and the field holds the reference.
+        var checked = try externalized(record, type)
+        for (name, value) in checked.fields where name != "id" {
             guard let field = type.field(named: name) else {
                 if learnsFields { continue }
                 let known = type.fields.map(\.name).sorted().joined(separator: ", ")
@@ -33,8 +34,8 @@ extension WriteContext {
             let hint = stored == .double && given == .int ? " (this int has no exact double)" : ""
             throw StoreError(.invalidValue, "store \(path): \(type.name).\(name) holds \(stored.rawValue) values, so \(type.name) \(record.id) cannot store the \(given.rawValue) \(value) in it\(hint); give a .\(stored.rawValue) value (to change the field's kind, use a Migration)")
         }
-        for field in type.fields where !field.optional && field.defaultValue == nil && (record.fields[field.name] ?? .null) == .null {
-            let what = record.fields[field.name] == nil ? "lacks" : "has null for"
+        for field in type.fields where !field.optional && field.defaultValue == nil && (checked.fields[field.name] ?? .null) == .null {
+            let what = checked.fields[field.name] == nil ? "lacks" : "has null for"
             throw StoreError(.invalidValue, "store \(path): \(type.name) \(record.id) \(what) field '\(field.name)'\(field.kind.map { " (\($0.rawValue))" } ?? ""), which \(type.name) requires (not optional, no default): a typed read of the record would fail, and with it every fetch of \(type.name); give it a value, or make the field optional or give it a default (Record.fieldDefaults, a schema file's \"default\")")
         }
         return checked

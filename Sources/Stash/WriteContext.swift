@@ -25,7 +25,7 @@ final class WriteContext: FieldTagResolver {
     private static let serials = Atomic<UInt64>(0)
     private(set) var catalog: Catalog
     @exclusivity(unchecked) private var schemaChanged = false
-    @exclusivity(unchecked) private var encodingType = ""
+    @exclusivity(unchecked) private(set) var encodingType = ""
     @exclusivity(unchecked) private var encodingLayout: TypeLayout?
     /// The capacity the next record encoding reserves (see ``encode(_:)``).
     @exclusivity(unchecked) private var encodedSizeHint = 256
@@ -66,6 +66,7 @@ final class WriteContext: FieldTagResolver {
                   siteID: store.siteID, author: author, now: store.now)
         keptUniqueIndexes = store.keptUniqueIndexes
         recordTypes = store.recordTypes
+        referenceTracker.enabled = true
         if let indexes = store.recentCounts.keptIndexes {
             recentCounts = store.recentCounts
             // A kept index another open dropped (`dropsUndeclaredIndexes`) has no entries for
@@ -93,6 +94,8 @@ final class WriteContext: FieldTagResolver {
     var keptUniqueIndexes: Set<String> = []
     /// The app's Swift types by record type name (``Store/recordTypes``).
     var recordTypes: [String: any Record.Type] = [:]
+    /// The references this transaction must check or apply when it ends (``RecordReference``).
+    @exclusivity(unchecked) var referenceTracker = ReferenceTracker()
 
     // MARK: Clock
 
@@ -330,6 +333,7 @@ final class WriteContext: FieldTagResolver {
         let key = StoreKeys.record(type.tag, id)
         if mode == .insert, merged == nil, origin == nil, !absent, !type.indexes.contains(where: \.unique),
            try insertNew(layout, id: id, key: key, record: new) {
+            noteReferenceWrite(type, id: id, changedTags: [], inserted: true, merged: false)
             return true
         }
         // `absent`: the caller has just seen that neither a record nor versions exist.
@@ -413,6 +417,7 @@ final class WriteContext: FieldTagResolver {
             try txn.put(dbs.versions, key: key, value: scratch.bytes)
         }
         changes.append(.init(typeTag: type.tag, id: id, operation: old == nil ? .insert : .update, fieldTags: tags, origin: origin))
+        noteReferenceWrite(type, id: id, changedTags: tags, inserted: old == nil, merged: merged != nil)
         return true
     }
 
@@ -594,6 +599,7 @@ final class WriteContext: FieldTagResolver {
         try txn.put(dbs.versions, key: key, value: versions.encoded())
         countDeltas[type.tag, default: 0] -= 1
         changes.append(.init(typeTag: type.tag, id: id, operation: .delete, fieldTags: [], origin: origin))
+        if merged != nil { noteMergedDelete(type, id: id) }
         return true
     }
 
@@ -617,7 +623,10 @@ final class WriteContext: FieldTagResolver {
     /// (``settleMergedUniqueClashes()``), the same way on every replica.
     /// - Returns: false when the remote state changed nothing here.
     @discardableResult
-    func merge(_ remote: RecordState, origin: RecordID, sourceCounters: Set<String> = [], sentAt: Date? = nil) throws -> Bool {
+    func merge(_ remote: RecordState, origin: RecordID, sourceCounters: Set<String> = [], sentAt: Date? = nil,
+               sameSchema: Bool = false) throws -> Bool {
+        mergeFromSameSchema = sameSchema
+        defer { mergeFromSameSchema = false }
         if let latest = remote.latestVersion {
             guard latest.isWithinClockRange else {
                 throw StoreError(.invalidValue, "store \(path): the state of \(remote.type) \(remote.id) carries version \(latest), past the clock range (Version.maximumClock); its source's clock or the delta is broken, so it was not merged")
@@ -700,7 +709,7 @@ final class WriteContext: FieldTagResolver {
                        versionedOnly: Bool) throws -> Bool {
         let (local, stored) = try loadStoredRecordState(txn, dbs, layout, remote.id, site: siteID, path: path, versionedOnly: versionedOnly)
         var counters = layout.counterNames
-        if !sourceCounters.isEmpty || catalog.carried.fields[layout.schema.name] != nil {
+        if !sourceCounters.isEmpty || (!catalog.carried.isEmpty && catalog.carried.fields[layout.schema.name] != nil) {
             counters.formUnion(catalog.carried.counters(of: layout.schema.name))
             counters.formUnion(sourceCounters.filter { layout.tagsByName[$0] == nil })
         }
@@ -899,7 +908,7 @@ final class WriteContext: FieldTagResolver {
         // would fail on it. A merged value its type does not read (an array of other elements,
         // written by another version of the app) is carried instead, and the record keeps the
         // value it had, if that one reads.
-        if let swiftType = recordTypes[layout.schema.name] {
+        if let swiftType = recordTypes[layout.schema.name], !mergeFromSameSchema || !typedReadIsCertain(values, layout) {
             var triedOld = Set<String>()
             while let failure = Self.typedReadProblem(swiftType, encoded, state.id, layout) {
                 guard let field = failure.field, let position = values.firstIndex(where: { layout.names[$0.slot] == field }) else {
@@ -922,6 +931,26 @@ final class WriteContext: FieldTagResolver {
         if !carried.isEmpty { try noteCarried(carried.keys, of: layout.schema.name, counters: sourceCounters) }
         let versions = RecordVersions(incarnation: state.incarnation, tombstone: state.tombstone, fields: fieldVersions, carried: carried)
         return try put(layout, id: state.id, record: encoded, mode: .upsert, versions: versions, origin: origin, absent: absent)
+    }
+
+    /// A merge whose source has this store's schema (``merge(_:origin:sourceCounters:sentAt:sameSchema:)``):
+    /// what its top-level kinds allow, the app's type reads, but for nested values.
+    @exclusivity(unchecked) private var mergeFromSameSchema = false
+
+    /// Whether merged `values` of a source with this store's schema read back through the
+    /// app's type without decoding them: every required field holds a value, and none holds
+    /// values the schema does not describe (an array's or a map's elements, but a counter's).
+    /// O(fields).
+    private func typedReadIsCertain(_ values: [(slot: Int, tag: UInt16, value: FieldValue)], _ layout: TypeLayout) -> Bool {
+        for required in layout.requiredSlots where !values.contains(where: { $0.slot == required && $0.value != .null }) {
+            return false
+        }
+        return !values.contains { field in
+            switch field.value {
+            case .array, .map: return !layout.counterNames.contains(layout.names[field.slot])
+            default: return false
+            }
+        }
     }
 
     /// Why `encoded` does not read back as `type` (and the field at fault, from the decoding
@@ -992,7 +1021,10 @@ final class WriteContext: FieldTagResolver {
                 let values = try unique.map { try uniqueValue($0, layout, record) }
                 let holders = values.indices.map { position in values[position].flatMap { kept[position][$0] } }
                 if let position = holders.firstIndex(where: { $0 != nil }), let holder = holders[position] {
-                    if removing { try remove(layout, id: id) }
+                    if removing {
+                        try remove(layout, id: id)
+                        noteClashRemoval(type, removed: id, kept: holder)
+                    }
                     settled.append(UniqueClash(type: type, removed: id, kept: holder, index: unique[position].name))
                 } else {
                     for (position, value) in values.enumerated() { if let value { kept[position][value] = id } }
@@ -1100,6 +1132,7 @@ final class WriteContext: FieldTagResolver {
     /// Flushes counts, the schema (when it grew) and this transaction's history entry.
     func finish() throws {
         try settleMergedUniqueClashes()
+        try applyReferenceRules()   // after the clashes: their removed records' children move
         var totals: [(typeTag: UInt16, count: Int)] = []
         for (tag, delta) in countDeltas where delta != 0 {
             let key = StoreKeys.count(tag)

@@ -29,7 +29,8 @@ public struct EntitlementChange: Sendable, Hashable, CustomStringConvertible {
 
 /// The premium access as it changes: the current state first, then one element per change
 /// (a snapshot applied here or by another process, an entitlement or trial expiring, the
-/// snapshot going stale). Ends when the consuming task is cancelled.
+/// snapshot going stale). Ends when the consuming task is cancelled, or once the gate's
+/// store is closed (`Store.close()`).
 ///
 /// ```swift
 /// for await change in gate.updates() {
@@ -77,6 +78,10 @@ final class UpdatePoller: @unchecked Sendable {
         let thread = Thread { [self] in
             nameThisThread("stash.gate")
             while !stopped.load(ordering: .acquiring) {
+                if gate.store.isClosed {   // Store.close() ends the updates
+                    continuation.finish()
+                    return
+                }
                 poll()
                 Thread.sleep(forTimeInterval: seconds)
             }

@@ -44,14 +44,18 @@ public final class Environment: @unchecked Sendable {
     let env: OpaquePointer
     private let databasesByName: [String: Database]
     let gate = TransactionGate()
-    private let writer = WriterLock()
+    let writer = WriterLock()
     private let queue = WriteQueue()
-    private let pool: ReaderPool
+    let pool: ReaderPool
+    /// Where the data file is mapped, to check values before they are copied.
+    let bounds = MapBounds()
     private let writesSinceReaderCheck = Atomic<Int>(0)
     /// Set when `mdb_env_set_mapsize` failed to map the file again (out of address space):
     /// LMDB has unmapped it, and any transaction would read freed memory. Every later
     /// operation throws ``LMDBError/Code/mapLost`` instead.
     private let unmapped = Atomic<Bool>(false)
+    /// Who uses the environment, and whether it was closed (see ``retainHandle()``).
+    let lifecycle = EnvironmentLifecycle()
 
     // MARK: Opening
 
@@ -70,19 +74,35 @@ public final class Environment: @unchecked Sendable {
     ///   ``LMDBError/Code/invalid`` for a file that is not an LMDB store,
     ///   ``LMDBError/Code/readOnly`` for a writable open of a directory open read-only here.
     public static func open(path: String, configuration: EnvironmentConfiguration = .init()) throws(LMDBError) -> Environment {
+        var madeDirectory = false
         if !configuration.readOnly {
+            var isDirectory: ObjCBool = false
+            madeDirectory = !FileManager.default.fileExists(atPath: path, isDirectory: &isDirectory)
             do {
                 try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
             } catch {
+                if FileSpace.isNearlyFull((path as NSString).deletingLastPathComponent) {
+                    throw LMDBError.noSpace(operation: "create directory", path: path)
+                }
                 throw LMDBError(code: .init(rawValue: EACCES), operation: "create directory", path: path,
                                 detail: "check that the parent directory exists and is writable")
             }
         }
         let canonical = URL(fileURLWithPath: path).resolvingSymlinksInPath().standardizedFileURL.path
         var opened = false
-        let environment = try EnvironmentRegistry.shared.open(canonical) { () throws(LMDBError) in
-            opened = true
-            return try Environment(canonicalPath: canonical, configuration: configuration)
+        let environment: Environment
+        do {
+            environment = try EnvironmentRegistry.shared.open(canonical) { () throws(LMDBError) in
+                opened = true
+                return try Environment(canonicalPath: canonical, configuration: configuration)
+            }
+        } catch {
+            // An open that was making the environment (no data.mdb, or an empty one, before it)
+            // leaves nothing behind: no half-made store, no stray lock file.
+            if opened && !configuration.readOnly && !Self.dataFileHeldData(canonical) {
+                Self.removeUnfinished(at: canonical, removingDirectory: madeDirectory)
+            }
+            throw error
         }
         if !opened { try environment.checkStillAtPath() }
         if configuration.readOnly { return environment }
@@ -98,9 +118,24 @@ public final class Environment: @unchecked Sendable {
     /// this user cannot write): writes throw, and no writable open can share it.
     public let isReadOnly: Bool
 
+    /// Whether `directory` holds a `data.mdb` with a committed transaction in it (a meta page
+    /// naming one), as opposed to none, an empty one or the two meta pages of a new one.
+    static func dataFileHeldData(_ directory: String) -> Bool {
+        let fd = Foundation.open((directory as NSString).appendingPathComponent("data.mdb"), O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { return false }
+        defer { close(fd) }
+        guard let first = DataFileCheck.meta(fd, at: 0) else {
+            var status = stat()
+            return fstat(fd, &status) == 0 && status.st_size > 0   // not LMDB's: not ours to remove
+        }
+        let second = first.pageSize > 0 ? DataFileCheck.meta(fd, at: first.pageSize) : nil
+        return max(first.transactionID, second?.transactionID ?? 0) > 0
+    }
+
     /// The durability commits have now: the strongest any opener of this directory in this
     /// process asked for (see ``raiseDurability(to:)``).
     public var durability: Durability {
+        if lifecycle.isClosed { return configuration.durability }
         var flags: UInt32 = 0
         mdb_env_get_flags(env, &flags)
         if flags & UInt32(MDB_NOSYNC) != 0 { return .none }
@@ -176,19 +211,26 @@ public final class Environment: @unchecked Sendable {
             throw error
         }
         env = raw
+        bounds.locate(raw)
         // An idle pooled handle keeps its reader slot (`mdb_txn_reset`), and the slots are
         // shared by every process of the directory: a few busy processes keeping half the
         // table each left none for the next reader. A small pool serves a process's usual
         // concurrent reads without allocating.
-        pool = ReaderPool(capacity: max(1, min(8, configuration.maxReaders / 8)))
+        pool = ReaderPool(capacity: max(1, min(8, configuration.maxReaders / 8)), bounds: bounds)
     }
 
     /// `mdb_env_create` and `mdb_env_open` of `path` (with `MDB_RDONLY` when `readOnlyFlag`);
     /// the handle is closed again when the open fails.
-    private static func openLMDB(_ path: String, _ configuration: EnvironmentConfiguration, readOnlyFlag: Bool) throws(LMDBError) -> OpaquePointer {
+    private static func openLMDB(_ path: String, _ configuration: EnvironmentConfiguration, readOnlyFlag: Bool,
+                                 attempt: Int = 1) throws(LMDBError) -> OpaquePointer {
+        // Before LMDB maps anything: a data file cut short would be a SIGBUS at its first read,
+        // and a lock file without blocks on a full file system a SIGBUS at its first write.
+        try DataFileCheck.check(path)
+        if !readOnlyFlag { try FileSpace.reserveLockFile(path, maxReaders: configuration.maxReaders) }
         var created: OpaquePointer?
         try check(mdb_env_create(&created), "mdb_env_create", path)
         guard let raw = created else { throw LMDBError(code: .panic, operation: "mdb_env_create", path: path) }
+        var retry = false
         do throws(LMDBError) {
             guard let databases = MDB_dbi(exactly: configuration.maxDatabases), let readers = UInt32(exactly: configuration.maxReaders), readers > 0 else {
                 throw LMDBError(code: .invalid, operation: "open", path: path,
@@ -211,10 +253,20 @@ public final class Environment: @unchecked Sendable {
                                     ? "the file system is read-only: open the store read-only, or copy it to a writable place"
                                     : "LMDB writes data.mdb and lock.mdb even to read: the directory and both files must be writable by this user (open it read-only, or copy the store elsewhere)")
             }
-            try check(rc, "mdb_env_open", path)
+            if rc == EINVAL && attempt < 3 {
+                // A compaction or a failed creation emptied lock.mdb while this open waited
+                // for it (see FileSpace.resetLockFile): open again, which sets it up anew.
+                retry = true
+            } else {
+                try check(rc, "mdb_env_open", path)
+            }
         } catch {
             mdb_env_close(raw)
             throw error
+        }
+        if retry {
+            mdb_env_close(raw)
+            return try openLMDB(path, configuration, readOnlyFlag: readOnlyFlag, attempt: attempt + 1)
         }
         return raw
     }
@@ -269,7 +321,8 @@ public final class Environment: @unchecked Sendable {
         var foreign: String?
         var rc = mdb_cursor_get(cursor, &key, &value, MDB_FIRST)
         while rc == 0 {
-            let bytes = UnsafeRawBufferPointer(start: key.mv_data, count: key.mv_size)
+            // A name is short; a damaged size must not read past the page (or the file).
+            let bytes = UnsafeRawBufferPointer(start: key.mv_data, count: min(key.mv_size, LMDBLimits.maxKeySize))
             let name = String(decoding: bytes, as: UTF8.self)
             if allowed.contains(name) { return nil }
             if foreign == nil { foreign = name }
@@ -280,6 +333,8 @@ public final class Environment: @unchecked Sendable {
     }
 
     deinit {
+        // Closed already (``releaseHandle()``): the handle is gone and the registry entry too.
+        if lifecycle.isClosed { return }
         pool.drain()
         EnvironmentRegistry.shared.close(path) { mdb_env_close(env) }
     }
@@ -312,6 +367,11 @@ public final class Environment: @unchecked Sendable {
         while true {
             do throws(LMDBError) { try checkMapped("begin read transaction") } catch { pool.give(handle); throw error }
             gate.enter()
+            if lifecycle.isClosed {
+                gate.leave()
+                pool.give(handle)
+                throw lifecycle.closedError(path, "begin read transaction")
+            }
             let rc: Int32
             if let txn = handle.txn {
                 rc = mdb_txn_renew(txn)
@@ -452,7 +512,7 @@ public final class Environment: @unchecked Sendable {
     /// - Throws: ``ResizeRefusal`` only (the request is left queued then).
     private func commitAlone(_ request: PendingWrite) throws(ResizeRefusal) {
         while true {
-            let handle = TransactionHandle()
+            let handle = TransactionHandle(bounds: bounds)
             do {
                 try beginWrite(handle)
             } catch let error as ResizeRefusal {
@@ -513,7 +573,7 @@ public final class Environment: @unchecked Sendable {
     private func commitTogether(_ batch: [PendingWrite]) throws {
         var nested = false
         while true {
-            let parent = TransactionHandle()
+            let parent = TransactionHandle(bounds: bounds)
             try beginWrite(parent)
             let claimed = queue.claim(batch)
             var mapFull = false
@@ -549,7 +609,7 @@ public final class Environment: @unchecked Sendable {
                         failure = error
                         return false
                     }
-                    let handle = TransactionHandle()
+                    let handle = TransactionHandle(bounds: bounds)
                     handle.txn = child
                     // LMDB frees the child at its commit or abort: a transaction kept past its
                     // closure (captured by an after-commit action) gets LMDB's EINVAL, as a
@@ -616,7 +676,7 @@ public final class Environment: @unchecked Sendable {
     private func runShared(_ requests: [PendingWrite], in parent: TransactionHandle) -> SharedRun {
         var outcome = SharedRun.ran
         queue.runInTurn(requests) { request in
-            let handle = TransactionHandle()
+            let handle = TransactionHandle(bounds: bounds)
             handle.txn = parent.txn
             // The shared transaction is the parent's to commit or abort, never a request's.
             defer { handle.txn = nil }
@@ -669,6 +729,10 @@ public final class Environment: @unchecked Sendable {
         while true {
             try checkMapped("begin write transaction")
             gate.enter()
+            if lifecycle.isClosed {
+                gate.leave()
+                throw lifecycle.closedError(path, "begin write transaction")
+            }
             var txn: OpaquePointer?
             let rc = mdb_txn_begin(env, nil, 0, &txn)
             if rc == 0 {
@@ -727,7 +791,7 @@ public final class Environment: @unchecked Sendable {
     /// Another process grew the map: adopt its size (`mdb_env_set_mapsize(env, 0)`) once no
     /// transaction of this process is open, refusing meanwhile the writes queued by threads
     /// inside a read. Returns false, adopting nothing, when this thread is inside a transaction.
-    private func adoptResizedMap() throws(LMDBError) -> Bool {
+    func adoptResizedMap() throws(LMDBError) -> Bool {
         let refused = refusal(code: .mapResized, "another process grew the map")
         return try gate.exclusive(whileWaiting: { [queue] isHolder in
             queue.refuse(where: isHolder, error: refused)
@@ -744,11 +808,13 @@ public final class Environment: @unchecked Sendable {
             throw LMDBError(code: .mapLost, operation: operation, path: path,
                             detail: "resizing the map failed (\(String(cString: mdb_strerror(rc)))); close every store of this directory in this process and open it again")
         }
+        bounds.locate(env)   // LMDB mapped the file again, perhaps elsewhere
     }
 
     /// Throws ``LMDBError/Code/mapLost`` once a resize left the environment without a map.
     @inline(__always)
-    private func checkMapped(_ operation: @autoclosure () -> String) throws(LMDBError) {
+    func checkMapped(_ operation: @autoclosure () -> String) throws(LMDBError) {
+        if lifecycle.isClosed { throw lifecycle.closedError(path, operation()) }
         if unmapped.load(ordering: .acquiring) {
             throw LMDBError(code: .mapLost, operation: operation(), path: path,
                             detail: "a resize of the map failed earlier; close every store of this directory in this process and open it again")
@@ -768,7 +834,7 @@ public final class Environment: @unchecked Sendable {
     /// Clears reader slots of dead processes (`mdb_reader_check`). Returns how many were cleared.
     @discardableResult
     public func clearStaleReaders() -> Int {
-        if unmapped.load(ordering: .acquiring) { return 0 }
+        if unmapped.load(ordering: .acquiring) || lifecycle.isClosed { return 0 }
         var dead: Int32 = 0
         mdb_reader_check(env, &dead)
         return Int(dead)
@@ -776,7 +842,7 @@ public final class Environment: @unchecked Sendable {
 
     /// Map and reader figures of the environment.
     public func info() -> EnvironmentInfo {
-        if unmapped.load(ordering: .acquiring) {
+        if unmapped.load(ordering: .acquiring) || lifecycle.isClosed {
             return EnvironmentInfo(mapSize: 0, pageSize: 0, usedPages: 0, lastTransactionID: 0, maxReaders: configuration.maxReaders, readersInUse: 0)
         }
         var info = MDB_envinfo()
@@ -796,12 +862,24 @@ public final class Environment: @unchecked Sendable {
     /// number, which can change at a mount, is left out).
     /// - Throws: ``LMDBError`` with the `errno` of a failed `statx`/`fstat`.
     public func dataFileIdentity() throws(LMDBError) -> FileIdentity {
+        if lifecycle.isClosed { throw lifecycle.closedError(path, "mdb_env_get_fd") }
         var handle: mdb_filehandle_t = -1
         try check(mdb_env_get_fd(env, &handle), "mdb_env_get_fd", path)
         var inode: UInt64 = 0, seconds: Int64 = 0, nanoseconds: UInt32 = 0
         guard stash_file_identity(handle, &inode, &seconds, &nanoseconds) == 0 else {
             throw LMDBError(code: .init(rawValue: errno), operation: "statx of data.mdb", path: path)
         }
+        return FileIdentity(inode: inode, birth: seconds == 0 && nanoseconds == 0 ? nil : (seconds, nanoseconds))
+    }
+
+    /// The identity of `data.mdb` in `directory` (see ``dataFileIdentity()``), read without
+    /// opening the environment; nil when there is none.
+    public static func dataFileIdentity(in directory: String) -> FileIdentity? {
+        let fd = Foundation.open((directory as NSString).appendingPathComponent("data.mdb"), O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { return nil }
+        defer { close(fd) }
+        var inode: UInt64 = 0, seconds: Int64 = 0, nanoseconds: UInt32 = 0
+        guard stash_file_identity(fd, &inode, &seconds, &nanoseconds) == 0 else { return nil }
         return FileIdentity(inode: inode, birth: seconds == 0 && nanoseconds == 0 ? nil : (seconds, nanoseconds))
     }
 
@@ -873,6 +951,13 @@ final class TransactionGate: @unchecked Sendable {
 
     private func holderIndex(_ thread: UInt) -> Int? {
         holders.firstIndex { $0.thread == thread }
+    }
+
+    /// Whether the calling thread holds a transaction (see ``exclusive(whileWaiting:_:)``).
+    var isHeldByCurrentThread: Bool {
+        condition.lock()
+        defer { condition.unlock() }
+        return holderIndex(currentThreadID()) != nil
     }
 
     /// Counts the calling thread as holding a transaction until ``leave()``. A thread that
@@ -990,22 +1075,32 @@ final class ReaderPool: @unchecked Sendable {
     private let lock = NSLock()
     /// Under `lock` only: no runtime exclusivity check.
     @exclusivity(unchecked) private var idle: [TransactionHandle] = []
+    /// Under `lock` only: set by ``close()``.
+    @exclusivity(unchecked) private var closed = false
     /// How many idle handles (each keeping its reader slot) the pool keeps at most.
     let capacity: Int
+    private let bounds: MapBounds
 
-    init(capacity: Int) {
+    init(capacity: Int, bounds: MapBounds) {
         self.capacity = capacity
+        self.bounds = bounds
         idle.reserveCapacity(capacity)
     }
 
     func take() -> TransactionHandle {
         lock.lock()
         defer { lock.unlock() }
-        return idle.popLast() ?? TransactionHandle()
+        return idle.popLast() ?? TransactionHandle(bounds: bounds)
     }
 
     func give(_ handle: TransactionHandle) {
         lock.lock()
+        if closed {
+            // The environment is closed: its transactions must not be touched (an abort would
+            // reach freed memory). Dropped; LMDB freed their reader slots with it.
+            lock.unlock()
+            return
+        }
         if idle.count < capacity {
             idle.append(handle)
             lock.unlock()
@@ -1021,6 +1116,15 @@ final class ReaderPool: @unchecked Sendable {
         idle.removeAll()
         lock.unlock()
         for handle in all { handle.release() }
+    }
+
+    /// Drains the pool for good, before the environment closes: handles given back later
+    /// are dropped unreleased (see ``give(_:)``).
+    func close() {
+        drain()
+        lock.lock()
+        closed = true
+        lock.unlock()
     }
 }
 
@@ -1067,10 +1171,47 @@ final class EnvironmentRegistry: @unchecked Sendable {
         return environment
     }
 
+    /// Runs `body` while no environment of `path` is open in this process, holding opens of it
+    /// back meanwhile; nil without running it when one is open.
+    func whileClosed<R>(_ path: String, _ body: () throws -> R) rethrows -> R? {
+        condition.lock()
+        while let entry = entries[path] {
+            if entry.environment != nil {
+                condition.unlock()
+                return nil
+            }
+            condition.wait()
+        }
+        entries[path] = Entry()
+        condition.unlock()
+        defer {
+            condition.lock()
+            entries[path] = nil
+            condition.broadcast()
+            condition.unlock()
+        }
+        return try body()
+    }
+
     func close(_ path: String, _ body: () -> Void) {
         condition.lock()
         body()
         entries[path] = nil
+        condition.broadcast()
+        condition.unlock()
+    }
+
+    /// Closes `environment` while references to it remain (``Environment/releaseHandle()``):
+    /// opens of its path wait from now until `body` (the close) has run, then open anew.
+    func closeEarly(_ environment: Environment, _ body: () -> Void) {
+        condition.lock()
+        let entry = entries[environment.path]
+        let ours = entry?.environment === environment
+        if ours { entry?.environment = nil }   // opens of the path wait for the close
+        condition.unlock()
+        body()
+        condition.lock()
+        if ours { entries[environment.path] = nil }
         condition.broadcast()
         condition.unlock()
     }

@@ -61,6 +61,17 @@ public struct LMDBError: Error, CustomStringConvertible, Sendable {
         /// The directory's data file was deleted or replaced while this process still has the
         /// environment of the old one open: an open would share that, not the files now there.
         public static let replaced = Code(rawValue: -40008)
+        /// The file system is full (`ENOSPC`; also a write LMDB saw cut short, `EIO`, on a
+        /// file system with no room left): nothing of the write was committed.
+        public static let noSpace = Code(rawValue: ENOSPC)
+        /// Another process has the environment open, and the operation needs it to itself
+        /// (compaction in place).
+        public static let inUse = Code(rawValue: -40009)
+        /// Stash found the data file damaged where LMDB would read it without a check: a file
+        /// shorter than its meta pages say, a key or value running past its end.
+        public static let damaged = Code(rawValue: -40010)
+        /// The environment was closed (``Environment/releaseHandle()``, through `Store.close()`).
+        public static let closed = Code(rawValue: -40011)
 
         public var description: String {
             switch self {
@@ -72,6 +83,10 @@ public struct LMDBError: Error, CustomStringConvertible, Sendable {
             case .readOnly: return "the environment is open read-only"
             case .mapLost: return "the map was lost in a failed resize"
             case .replaced: return "the data file was deleted or replaced while this process has the old one open"
+            case .noSpace: return "no space left on device"
+            case .inUse: return "the environment is open in another process"
+            case .damaged: return "the data file is damaged"
+            case .closed: return "the environment was closed"
             default: return String(cString: mdb_strerror(rawValue))
             }
         }
@@ -115,5 +130,5 @@ public enum LMDBLimits {
 
 @inline(__always)
 func check(_ rc: Int32, _ operation: @autoclosure () -> String, _ path: @autoclosure () -> String) throws(LMDBError) {
-    if rc != 0 { throw LMDBError(code: .init(rawValue: rc), operation: operation(), path: path()) }
+    if rc != 0 { throw LMDBError.failure(rc, operation(), path()) }
 }

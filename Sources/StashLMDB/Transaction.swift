@@ -9,8 +9,25 @@ public final class TransactionHandle {
     @exclusivity(unchecked) private var cursors: [(dbi: MDB_dbi, cursor: OpaquePointer, fresh: Bool)] = []
     /// Set when LMDB reported MDB_MAP_FULL, even if the caller swallowed the error.
     var sawMapFull = false
+    /// Where the environment maps its data file (values are checked against it).
+    let bounds: MapBounds
 
-    init() {}
+    init(bounds: MapBounds) { self.bounds = bounds }
+
+    /// A copy of the bytes of `value`, which LMDB handed out in `db`: checked first to lie in
+    /// the data file, so that a damaged size (LMDB keeps no checksum) is an error, not a read
+    /// past the end of the file or of the map.
+    @inline(__always)
+    func copy(_ value: MDB_val, _ db: Database, _ path: String) throws(LMDBError) -> [UInt8] {
+        guard value.mv_size > 0, let data = value.mv_data else { return [] }
+        guard bounds.contains(data, value.mv_size) else { throw outside(value, db, path) }
+        return Array(UnsafeRawBufferPointer(start: data, count: value.mv_size))
+    }
+
+    func outside(_ value: MDB_val, _ db: Database, _ path: String) -> LMDBError {
+        LMDBError(code: .damaged, operation: "read \(db.name)", path: path,
+                  detail: "LMDB gave a key or value of \(value.mv_size) bytes that runs past the end of data.mdb: the file is damaged; `stash verify \(path)` shows what it reaches, restore the store from a backup or a peer")
+    }
 
     func cursor(_ db: Database, _ path: String) throws(LMDBError) -> OpaquePointer {
         for i in cursors.indices where cursors[i].dbi == db.dbi {
@@ -81,12 +98,6 @@ public struct WriteTransaction: TransactionReading {
     public let path: String
 }
 
-@inline(__always)
-func bytes(_ value: MDB_val) -> [UInt8] {
-    guard value.mv_size > 0, let data = value.mv_data else { return [] }
-    return Array(UnsafeRawBufferPointer(start: data, count: value.mv_size))
-}
-
 /// Runs one LMDB call with `source` as an `MDB_val`; answers the call's status code.
 @inline(__always)
 func withVal(_ source: some ByteSource, _ body: (inout MDB_val) -> Int32) -> Int32 {
@@ -112,7 +123,7 @@ extension TransactionReading {
         let rc = withVal(key) { k in mdb_get(handle.txn, db.dbi, &k, &data) }
         if rc == MDB_NOTFOUND { return nil }
         try check(rc, "mdb_get \(db.name)", path)
-        return bytes(data)
+        return try handle.copy(data, db, path)
     }
 
     /// The 8-byte little-endian integer stored under `key` (nil when absent or not 8 bytes),
@@ -124,6 +135,7 @@ extension TransactionReading {
         if rc == MDB_NOTFOUND { return nil }
         try check(rc, "mdb_get \(db.name)", path)
         guard data.mv_size == 8, let raw = data.mv_data else { return nil }
+        guard handle.bounds.contains(raw, 8) else { throw handle.outside(data, db, path) }
         return UInt64(littleEndian: raw.loadUnaligned(as: UInt64.self))
     }
 
@@ -142,7 +154,7 @@ extension TransactionReading {
                 return rc
             }
             while rc == 0 {
-                let current = bytes(key)
+                let current = try handle.copy(key, db, path)
                 guard current.starts(with: prefixBytes) else { return }
                 var count = 0
                 try check(mdb_cursor_count(cursor, &count), "mdb_cursor_count \(db.name)", path)
@@ -199,7 +211,7 @@ extension TransactionReading {
             var rc = withVal(key) { key in mdb_cursor_get(cursor, &key, &data, MDB_SET_KEY) }
             k = MDB_val()
             while rc == 0 {
-                guard try body(bytes(data)) else { return }
+                guard try body(handle.copy(data, db, path)) else { return }
                 rc = mdb_cursor_get(cursor, &k, &data, MDB_NEXT_DUP)
             }
             if rc != MDB_NOTFOUND { try check(rc, "mdb_cursor_get \(db.name)", path) }
@@ -227,7 +239,7 @@ extension TransactionReading {
                 }
             }
             while rc == 0 {
-                guard try body(bytes(key), bytes(data)) else { return }
+                guard try body(handle.copy(key, db, path), handle.copy(data, db, path)) else { return }
                 rc = mdb_cursor_get(cursor, &key, &data, MDB_NEXT)
             }
             if rc != MDB_NOTFOUND { try check(rc, "mdb_cursor_get \(db.name)", path) }
@@ -250,7 +262,7 @@ extension TransactionReading {
             var key = MDB_val(), data = MDB_val()
             var rc = mdb_cursor_get(cursor, &key, &data, MDB_LAST)
             while rc == 0 {
-                guard try body(bytes(key), bytes(data)) else { return }
+                guard try body(handle.copy(key, db, path), handle.copy(data, db, path)) else { return }
                 rc = mdb_cursor_get(cursor, &key, &data, MDB_PREV)
             }
             if rc != MDB_NOTFOUND { try check(rc, "mdb_cursor_get \(db.name)", path) }
@@ -264,7 +276,7 @@ extension TransactionReading {
         let rc = mdb_cursor_get(cursor, &key, &data, MDB_LAST)
         if rc == MDB_NOTFOUND { return nil }
         try check(rc, "mdb_cursor_get \(db.name)", path)
-        return (bytes(key), bytes(data))
+        return (try handle.copy(key, db, path), try handle.copy(data, db, path))
     }
 
     /// `mdb_stat` of one database.

@@ -33,7 +33,7 @@ struct DeltaEntryCheck {
     /// The source's counter fields per type; nil for a delta that does not list them.
     private let sourceCounters: [String: Set<String>]?
     /// The delta's schema fingerprint equals this store's: the two schemas are the same.
-    private let sameSchema: Bool
+    let sameSchema: Bool
 
     init(_ delta: Delta, name: String, schema: StoreSchema) {
         self.name = name
@@ -94,9 +94,9 @@ struct DeltaEntryCheck {
                 return "\(entry.type).\(field) is \(counterHere ? "a counter" : "a plain value") here but \(counterHere ? "a plain value" : "a counter") at the source; \(Self.declaredDifferently)"
             }
         }
-        guard entry.exists, !facts.required.isEmpty else { return nil }
+        guard entry.exists, !facts.required.isEmpty,
+              facts.required.contains(where: { (entry.fields[$0]?.value ?? .null) == .null }) else { return nil }
         let lacking = facts.required.filter { (entry.fields[$0]?.value ?? .null) == .null }
-        guard !lacking.isEmpty else { return nil }
         // The record here may have the value: a merge of the same incarnation keeps it.
         let merged = try local().merged(with: entry, counters: facts.counters)
         guard merged.exists, let missing = lacking.first(where: { (merged.fields[$0]?.value ?? .null) == .null }) else { return nil }

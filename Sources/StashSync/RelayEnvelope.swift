@@ -45,7 +45,7 @@ public struct FamilyKeys: Sendable {
 /// header against the file's place), and nothing of such a file applies.
 struct RelayEnvelope: Equatable {
     enum Kind: UInt8 {
-        case delta = 1, checkpoint = 2, note = 3
+        case delta = 1, checkpoint = 2, note = 3, blob = 4
     }
 
     static let magic = Array("STSR".utf8)

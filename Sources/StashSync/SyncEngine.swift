@@ -120,6 +120,15 @@ public struct SyncReport: Sendable, CustomStringConvertible {
     /// The record states of the checkpoint this sync published (``SyncEngine/publishCheckpoint(via:)``),
     /// or nil when none was due.
     public var checkpointEntries: Int?
+    /// Blobs (``ExternalData``) this fetch received and kept, each checked against its hash.
+    public var blobsReceived = 0
+    /// Blobs the store's records reference that it still lacks after this fetch (the transport
+    /// does not have them yet): the records read, their blobs are pending, and every fetch
+    /// tries again.
+    public var blobsPending = 0
+    /// Blobs the transport holds that could not be read or did not match their hash (kept
+    /// pending, fetched again next time).
+    public var blobProblems: [String] = []
     /// The peer needed a reset (it fell behind purged history): same as ``sentFullSnapshot``.
     public var resetRequired: Bool { sentFullSnapshot }
 
@@ -127,6 +136,8 @@ public struct SyncReport: Sendable, CustomStringConvertible {
         var text = "sent \(sentEntries) record states, received \(receivedEntries) (\(changedHere) changed here)"
         if sentFullSnapshot { text += "; peer was behind purged history: sent a full snapshot (resetRequired)" }
         if let checkpointEntries { text += "; published a checkpoint of \(checkpointEntries) record states" }
+        if blobsReceived > 0 || blobsPending > 0 { text += "; blobs: \(blobsReceived) received, \(blobsPending) pending" }
+        if !blobProblems.isEmpty { text += "; blob problems: \(blobProblems.joined(separator: "; "))" }
         if !uniqueClashes.isEmpty { text += "; deleted for a unique value another record holds: \(uniqueClashes.map(\.description).joined(separator: "; "))" }
         if !uniqueClashesAtPeer.isEmpty { text += "; the peer deleted for a unique value another record holds: \(uniqueClashesAtPeer.map(\.description).joined(separator: "; "))" }
         if !parked.isEmpty { text += "; parked until the schema catches up: \(parked.joined(separator: ", "))" }
@@ -407,14 +418,14 @@ public final class SyncEngine: Sendable {
     /// it could apply is on the relay: see ``wantsFullSnapshot(from:)``.)
     private func requestWantedFullSnapshots(via transport: some SyncTransport) async throws {
         let kind = transport.peer == nil ? "relay" : "direct"
-        let wanted = try store.read { try Self.fullSnapshotsWanted(in: $0) }
+        let wanted = try store.read(isolation: #isolation) { try Self.fullSnapshotsWanted(in: $0) }
         let toAsk = wanted.filter { !$0.value.contains(kind) }.keys.sorted()
         guard !toAsk.isEmpty else { return }
         for source in toAsk {
             guard let site = RecordID(string: source), site != self.site else { continue }
             try await transport.requestFullSnapshot(from: site, for: self)
         }
-        try store.write(author: "sync") { tx in
+        try store.write(author: "sync", isolation: #isolation) { tx in
             var current = try Self.fullSnapshotsWanted(in: tx)
             for source in toAsk where current[source] != nil { current[source]!.insert(kind) }
             try Self.saveFullSnapshotsWanted(current, in: tx)
@@ -765,7 +776,8 @@ public final class SyncEngine: Sendable {
                         continue
                     }
                     do {
-                        if try tx.merge(entry, origin: delta.source, counters: delta.counterFields?[entry.type] ?? [], sentAt: delta.created) { changed += 1 }
+                        if try tx.merge(entry, origin: delta.source, counters: delta.counterFields?[entry.type] ?? [], sentAt: delta.created,
+                                        sameSchema: check.sameSchema) { changed += 1 }
                     } catch let error as StoreError where error.code == .invalidValue && !(entry.latestVersion?.isWithinClockRange ?? true) {
                         // A state with a version past the clock range (a broken clock, a forged delta),
                         // refused before anything was written, is left out the same way on every
@@ -1069,6 +1081,8 @@ public final class SyncEngine: Sendable {
     /// - Returns: the clashes the peer settled while merging it, for a transport that says.
     @discardableResult
     private func deliver(_ delta: Delta, via transport: some SyncTransport) async throws -> [UniqueClash] {
+        // The blobs its records reference go first: a reader never waits for one this store had.
+        try await sendBlobs(of: delta, via: transport)
         do {
             return try await transport.deliverReportingClashes(delta.encoded(key: key), delta: delta, from: self)
         } catch let error as SyncError where error.code == .siteReused {
@@ -1158,6 +1172,10 @@ public final class SyncEngine: Sendable {
             if !consumed.isEmpty, store.durability != .full { try store.flush() }
             for (incoming, outcome) in consumed { try await incoming.consumed(outcome) }
             if cancelled { throw CancellationError() }
+            // The blobs the records reference and this store lacks (new ones, and those pending).
+            (report.blobsReceived, report.blobsPending, report.blobProblems) = try await fetchPendingBlobs(via: transport)
+            // And the ones an earlier send owed the other end, if they are here now.
+            try await sendBlobs(of: nil, via: transport)
             return report
         }
     }
@@ -1233,7 +1251,7 @@ public final class SyncEngine: Sendable {
             _ = try? await fetchChanges(via: transport)
             // The fetch recorded its own outcome: the send's failure is the one to show.
             let site = try? await transport.watermarkSite(for: self)
-            try? store.write(author: "sync") { tx in
+            try? store.write(author: "sync", isolation: #isolation) { tx in
                 try tx.setMetadata(Array("\(error)".utf8), for: Self.lastErrorKey)
                 if let site {
                     try tx.setMetadata(Array("\(error)".utf8), for: Self.lastErrorKey + "." + site)
@@ -1270,7 +1288,7 @@ public final class SyncEngine: Sendable {
         guard isEnabled else { throw SyncError(.disabled, "sync is off for store \(store.path); no checkpoint published") }
         try checkKey("a checkpoint")
         // What it holds of each source, read before the snapshot: never more than it has.
-        var coverage = try store.read { snapshot -> [RecordID: UInt64] in
+        var coverage = try store.read(isolation: #isolation) { snapshot -> [RecordID: UInt64] in
             var result: [RecordID: UInt64] = [:]
             for watermark in try PeerWatermark.all(in: snapshot) where watermark.receivedThrough > 0 {
                 if let source = RecordID(string: watermark.site), source != site { result[source] = watermark.receivedThrough }
@@ -1279,13 +1297,17 @@ public final class SyncEngine: Sendable {
         }
         let delta = try makeDelta(for: nil, watermark: try await transport.watermarkSite(for: self), fullSnapshot: true)
         coverage[site] = delta.to
+        try await sendBlobs(of: delta, via: transport)
         try await transport.publishCheckpoint(delta.encoded(key: key), coverage: coverage, from: self)
+        // Blobs that neither the new checkpoint nor a delta on the medium references go (a day on).
+        _ = try? await transport.collectBlobs(for: self, olderThan: Self.relayBlobGrace)
         return delta.entries.count
     }
 
-    /// Syncs every `interval` until the returned task is cancelled; errors are kept in
-    /// ``status(peer:)``. Cancelling it stops the loop at once, or the sync under way between
-    /// two deltas (each delta merged is one transaction), and the task ends when that has.
+    /// Syncs every `interval` until the returned task is cancelled, or the store is closed
+    /// (`Store.close()`, seen at the next round); errors are kept in ``status(peer:)``.
+    /// Cancelling it stops the loop at once, or the sync under way between two deltas (each
+    /// delta merged is one transaction), and the task ends when that has.
     ///
     /// The task runs on a thread of its own (named `stash.sync`, ended with the task): a sync
     /// blocks on the store (its write lock while another process writes, the disk), and on a
@@ -1295,7 +1317,7 @@ public final class SyncEngine: Sendable {
         let executor = DedicatedThreadExecutor(name: "stash.sync")
         return Task(executorPreference: executor) { [self] in
             defer { executor.finish() }
-            while !Task.isCancelled {
+            while !Task.isCancelled && !store.isClosed {   // a closed store ends it (issue 41)
                 _ = try? await self.sync(via: transport)
                 try? await Task.sleep(for: interval)
             }
@@ -1312,7 +1334,7 @@ public final class SyncEngine: Sendable {
             let result = try await body()
             let trouble = problem(result)
             let site = try? await transport.watermarkSite(for: self)
-            try store.write(author: "sync") { tx in
+            try store.write(author: "sync", isolation: #isolation) { tx in
                 try noteSuccess(in: tx)
                 let now = Array(String(store.clock().timeIntervalSince1970).utf8)
                 for suffix in [""] + (site.map { ["." + $0] } ?? []) {
@@ -1323,7 +1345,7 @@ public final class SyncEngine: Sendable {
             return result
         } catch {
             let site = try? await transport.watermarkSite(for: self)
-            try? store.write(author: "sync") { tx in
+            try? store.write(author: "sync", isolation: #isolation) { tx in
                 for suffix in [""] + (site.map { ["." + $0] } ?? []) {
                     try tx.setMetadata(Array("\(error)".utf8), for: Self.lastErrorKey + suffix)
                 }

@@ -40,12 +40,28 @@ public protocol SyncTransport: Sendable {
     /// `coverage`, as the family's newest checkpoint, from which a new store restores, and
     /// which lets the medium drop the files it covers. Default: nothing (no checkpoints).
     func publishCheckpoint(_ data: Data, coverage: [RecordID: UInt64], from engine: SyncEngine) async throws
+    /// Whether the other end holds the blob of `reference` (an ``ExternalData``'s bytes), so
+    /// that `engine` need not send it. Default: true (a transport that carries no blobs has
+    /// none to send; its receivers keep them pending).
+    func hasBlob(_ reference: ExternalData, from engine: SyncEngine) async throws -> Bool
+    /// Keeps `data`, the blob of `reference`, at the other end, durably. Default: nothing.
+    func putBlob(_ data: Data, for reference: ExternalData, from engine: SyncEngine) async throws
+    /// The blob of `reference` as the other end holds it, or nil when it lacks it (the engine
+    /// checks the bytes against the reference before keeping them). Default: nil.
+    func fetchBlob(_ reference: ExternalData, for engine: SyncEngine) async throws -> Data?
+    /// Removes the blobs the medium keeps that nothing it holds references any more, older than
+    /// `grace`; called after a checkpoint is published. Default: nothing (none removed).
+    func collectBlobs(for engine: SyncEngine, olderThan grace: TimeInterval) async throws -> Int
 }
 
 extension SyncTransport {
     public func parkedAtPeer(for engine: SyncEngine) async throws -> [String]? { nil }
     public func checkpointDue(for engine: SyncEngine) async throws -> Bool { false }
     public func publishCheckpoint(_ data: Data, coverage: [RecordID: UInt64], from engine: SyncEngine) async throws {}
+    public func hasBlob(_ reference: ExternalData, from engine: SyncEngine) async throws -> Bool { true }
+    public func putBlob(_ data: Data, for reference: ExternalData, from engine: SyncEngine) async throws {}
+    public func fetchBlob(_ reference: ExternalData, for engine: SyncEngine) async throws -> Data? { nil }
+    public func collectBlobs(for engine: SyncEngine, olderThan grace: TimeInterval) async throws -> Int { 0 }
 
     public func watermarkSite(for engine: SyncEngine) async throws -> String { peer?.description ?? PeerWatermark.relaySite }
 
@@ -307,7 +323,7 @@ public struct RelayTransport: SyncTransport {
         // are cleaned up.
         let published = published(by: folder(engine.site))
         if published > delta.to {
-            let current = try engine.store.read { try $0.historyBounds().current.sequence }
+            let current = try engine.store.read(isolation: #isolation) { try $0.historyBounds().current.sequence }
             if published > current {
                 throw SyncError(.siteReused, "relay \(directory.path) holds history of site \(engine.site) up to \(published), but store \(engine.store.path) has only up to \(current): it was rolled back (a snapshot) or cloned, and another replica writes as the same site. It takes a new site at its next open; reopen it, then sync")
             }
@@ -422,7 +438,7 @@ public struct RelayTransport: SyncTransport {
             // not for this store, neither pending nor refused. Read, each was refused at every
             // sync, which kept the store's last error set and `stash sync` exiting 1.
             if let note = readNote(sourceFolder.appendingPathComponent("seen")), note.family != engine.family { continue }
-            let received = try engine.store.read { try PeerWatermark.load(source.description, in: $0) }.receivedThrough
+            let received = try engine.store.read(isolation: #isolation) { try PeerWatermark.load(source.description, in: $0) }.receivedThrough
             // This store waits for a full snapshot of the source (a type turned synced here):
             // one that covers what it has received is wanted too, and the source lowered this
             // store's acknowledgement to keep it until it is applied.

@@ -17,7 +17,15 @@ struct Init: ParsableCommand {
         map merged per site); any (values of every kind, a FieldValue or JSONValue).
         A field may give "default": a value (as put reads it) for records stored
         before the field existed: {"name": "starred", "kind": "bool", "default": false}.
+        A field of large bytes (images) may be external: {"name": "image", "kind":
+        "bytes", "external": true, "optional": true}: its bytes live in DIR/blobs/ (one
+        file per SHA-256, synced once), the record holds a reference {"$blob": "<sha256>",
+        "size": n}; put takes base64 text for it. An inline bytes field declared external
+        has its stored values moved out.
         A type without "localOnly" keeps what the store has (a new type is synced).
+        "references": [{"field": "homeID", "to": "Home", "onDelete": "cascade"}]
+        makes a uuid field refer to a parent type (onDelete: cascade, deny, nullify);
+        a type without "references" keeps the stored ones.
         Any other key is refused (a misspelt one would be ignored otherwise).
         """)
 
@@ -62,9 +70,11 @@ struct Init: ParsableCommand {
     /// declared fields, so the index would stay empty). A type or field twice `Store.open`
     /// refuses, before it makes any file.
     private func check(_ declaration: SchemaDeclaration, stored: StoreSchema?) throws {
+        // By name once: a lookup per declared type in the list would make thousands of types quadratic.
+        let storedTypes = Dictionary((stored?.types ?? []).map { ($0.name, $0) }, uniquingKeysWith: { first, _ in first })
         for type in declaration.types {
             guard !type.name.isEmpty else { throw CommandFailure(message: "schema file \(schema): a type has an empty name") }
-            var fields: Set<String> = Set(stored?.type(named: type.name)?.fields.map(\.name) ?? [])
+            var fields: Set<String> = Set(storedTypes[type.name]?.fields.map(\.name) ?? [])
             for field in type.fields {
                 guard !field.name.isEmpty, field.name != "id" else {
                     throw CommandFailure(message: "schema file \(schema): \(type.name) has a field named \"\(field.name)\"; \(field.name.isEmpty ? "give it a name" : "\"id\" is the record id, every record has it")")
@@ -132,7 +142,10 @@ func genericRecord(type: TypeSchema, json: JSONValue, orDumpLine: Bool = true) t
             let known = type.fields.map(\.name).sorted().joined(separator: ", ")
             throw StoreError(.unknownField, "\(type.name) has no field '\(name)' (fields: \(known))")
         }
-        fields[name] = try FieldValue.fromJSON(value, kind: field.kind, field: name)
+        // An external field takes the bytes as base64 text (kept as a blob by the put), or a
+        // reference as `get` prints it.
+        let external = field.external == true && { if case .string = value { return true } else { return false } }()
+        fields[name] = try FieldValue.fromJSON(value, kind: external ? .bytes : field.kind, field: name)
     }
     for field in type.fields where !field.optional && field.defaultValue == nil && (fields[field.name] ?? .null) == .null {
         throw StoreError(.invalidValue, "\(type.name) needs field '\(field.name)' (\(field.kind?.rawValue ?? "any"))")
@@ -365,7 +378,10 @@ struct Stat: ParsableCommand {
             if json {
                 let encoder = JSONEncoder()
                 encoder.outputFormatting = [.sortedKeys, .prettyPrinted]
-                printLine(String(decoding: try encoder.encode(stats), as: UTF8.self))
+                // The store's statistics, with its blobs under "blobs".
+                var object = try JSONDecoder().decode([String: JSONValue].self, from: try encoder.encode(stats))
+                object["blobs"] = try JSONDecoder().decode(JSONValue.self, from: try encoder.encode(try store.blobStatistics()))
+                printLine(String(decoding: try encoder.encode(object), as: UTF8.self))
                 return
             }
             printLine("store    \(stats.path)")
@@ -382,6 +398,8 @@ struct Stat: ParsableCommand {
             for (name, db) in stats.databases.sorted(by: { $0.key < $1.key }) {
                 printLine("lmdb     \(name): \(db.entries) entries, depth \(db.depth), \(db.leafPages) leaf + \(db.branchPages) branch + \(db.overflowPages) overflow pages")
             }
+            let blobs = try store.blobStatistics()
+            printLine("blobs    \(blobs.files) files, \(bytes(blobs.bytes)); referenced \(blobs.referenced) (\(bytes(blobs.referencedBytes))), pending \(blobs.pending) (\(bytes(blobs.pendingBytes))), unreferenced \(blobs.unreferenced) (\(bytes(blobs.unreferencedBytes))), temporary \(blobs.temporary)")
         }
     }
 
@@ -410,10 +428,17 @@ struct Verify: ParsableCommand {
             let store = try openExisting(directory, readOnly: true)
             // A small store stays quiet, as before: only phases long enough to report
             // progress report their end.
-            let report = try store.verify(progressEvery: progressEvery) { progress in
+            var report = try store.verify(progressEvery: progressEvery) { progress in
                 if !progress.isFinished || progress.checked >= progressEvery { printError("\(progress)") }
             }
+            // Every blob the records reference: present ones must match their hash; absent
+            // ones are pending (sync brings them), which is no damage.
+            let blobs = try store.verifyBlobs()
+            report.problems += blobs.problems
             printLine(report.description)
+            if !blobs.pending.isEmpty {
+                printLine("\(blobs.pending.count) blob(s) pending (referenced, not arrived by sync yet): \(blobs.pending.prefix(10).map(\.sha256).joined(separator: ", "))\(blobs.pending.count > 10 ? ", …" : "")")
+            }
             if !report.isClean { Foundation.exit(1) }
         }
     }
@@ -477,5 +502,30 @@ extension JSONValue {
     var textValue: String {
         if case .string(let s) = self { return s }
         return text
+    }
+}
+
+struct CollectBlobs: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "collect-blobs",
+        abstract: "Remove the blob files no record references (external values: DIR/blobs/).",
+        discussion: """
+        Only files older than --grace seconds go (default 3600): a blob of a write still \
+        under way (in any process) is younger, and one of a write that was aborted or killed \
+        goes at a later run. A blob that any record references, or a value the store keeps \
+        for other app versions, is never removed.
+        """)
+    @Argument(help: "The store directory.") var directory: String
+    @Option(help: "Keep blob files younger than this many seconds.") var grace: Double = 3600
+
+    func validate() throws {
+        if !(grace >= 0) { throw ValidationError("--grace must be 0 or more seconds, not \(grace)") }
+    }
+
+    func run() throws {
+        try runCommand {
+            let store = try openExisting(directory, readOnly: false)
+            printLine(try store.collectGarbageBlobs(olderThan: grace).description)
+        }
     }
 }

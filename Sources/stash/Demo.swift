@@ -49,7 +49,7 @@ struct Demo: AsyncParsableCommand {
         let now = Date()
         let homes = ["Flat", "Cabin", "Studio"].map { DemoHome(name: $0, createdAt: now) }
         let categories = ["kitchen", "tools", "books", "garden"]
-        try store.write(author: "demo") { tx in
+        try store.write(author: "demo", isolation: #isolation) { tx in
             for (h, home) in homes.enumerated() {
                 try tx.insert(home)
                 for i in 0..<(items + h * 5) {
@@ -84,7 +84,7 @@ struct Demo: AsyncParsableCommand {
             say("updated \(first.name): wearCount \(first.wearCount) → \(first.wearCount + 1)")
         }
         let cabinItems = try store.fetch(FetchDescriptor<DemoItem>(predicate: #Predicate { $0.homeID == flat }))
-        try store.write(author: "demo") { tx in
+        try store.write(author: "demo", isolation: #isolation) { tx in
             for item in cabinItems.prefix(3) { try tx.delete(DemoItem.self, id: item.id) }
         }
         say("deleted 3 Flat items: Flat now has \(try store.count(byHome, equals: flat)) items, \(try store.count(DemoItem.self)) in all")

@@ -17,7 +17,7 @@ func syncStory(in directory: String, say: (String) -> Void) async throws {
     let lamp = DemoItem(homeID: home.id, name: "Lamp", category: "living", wearCount: 0)
     let desk = DemoItem(homeID: home.id, name: "Desk", category: "office", wearCount: 0)
     let chair = DemoItem(homeID: home.id, name: "Chair", category: "office", wearCount: 0)
-    try phone.write { tx in
+    try phone.write(isolation: #isolation) { tx in
         try tx.insert(home)
         for item in [lamp, desk, chair] { try tx.insert(item) }
     }

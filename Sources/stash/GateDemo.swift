@@ -72,7 +72,7 @@ func gatingStory(in directory: String, say: (String) -> Void) async throws {
     say("refund (snapshot #2): \(downgrade)")
     let byHome = try store.index(\Item.homeID)
     say("  view: \(try store.count(Home.self)) homes, Flat has \(try store.count(byHome, equals: flat.id)) items (\(gate.check(.view)))")
-    try store.write { tx in
+    try store.write(isolation: #isolation) { tx in
         try gate.authorize(.edit, in: tx)
         try tx.update(Home.self, id: flat.id) { $0.name = "Flat (renamed)" }
     }

@@ -8,13 +8,16 @@ struct StashCommand: AsyncParsableCommand {
         commandName: "stash",
         abstract: "Inspect and edit Stash stores (typed records on LMDB).",
         discussion: "Every command takes the store directory first. Errors print one line on stderr and exit non-zero.",
-        subcommands: [Demo.self, Init.self, Put.self, Load.self, Get.self, Delete.self, Count.self, Dump.self,
-                      Stat.self, Verify.self, History.self,
+        subcommands: [Demo.self, Init.self, Put.self, Update.self, CounterChange.self, Load.self, Get.self, Delete.self, Count.self, Dump.self,
+                      Stat.self, Verify.self, CollectBlobs.self, History.self, Backup.self, Compact.self,
                       Sync.self, ExportDelta.self, ImportDelta.self, Peers.self, ForgetPeer.self, Gate.self]
     )
 
     static func main() async {
         openStandardDescriptors()
+        refuseArgumentsNotUTF8()
+        let arguments = Array(CommandLine.arguments.dropFirst())
+        if Guarded.needsChild(arguments) { Guarded.runInChild(arguments) }
         do {
             var command = try parseAsRoot()
             if var asynchronous = command as? any AsyncParsableCommand {

@@ -155,7 +155,7 @@ func damageRecord(_ id: RecordID, inStoreAt path: String) throws {
             if k.suffix(16).elementsEqual(idBytes) { key = k; return false }
             return true
         }
-        try txn.put(records, key: try #require(key), value: [UInt8]([2, 0, 0]))
+        try txn.put(records, key: try #require(key), value: [UInt8]([0xFF, 0, 0]))
     }
 }
 

@@ -172,7 +172,7 @@ import StashTestSupport
             if total != expectedCredits {
                 throw ScheduleFailure(reason: "d\(d) credits \(String(describing: total)), expected \(expectedCredits); steps: \(steps)")
             }
-            if try devices[d].store.count(DeviceSecret.self) != (try devices[d].store.read { try $0.count(typeNamed: "DeviceSecret") }) {
+            if try devices[d].store.count(DeviceSecret.self) != (try devices[d].store.read(isolation: #isolation) { try $0.count(typeNamed: "DeviceSecret") }) {
                 throw ScheduleFailure(reason: "local-only count mismatch")
             }
         }

@@ -150,7 +150,7 @@ struct FuzzCorpus: Sendable {
         let homes = Self.homes, items = Self.items, accounts = Self.accounts, readings = Self.readings
 
         // 1. A creates everything.
-        try a.write { tx in
+        try a.write(isolation: #isolation) { tx in
             for (n, id) in homes.enumerated() {
                 try tx.insert(FuzzHome(id: id, name: "Home \(n)", rooms: n + 1, built: t0.addingTimeInterval(-Double(n) * 86_400 * 365),
                                        note: n % 2 == 0 ? "note \(n)" : nil, area: 40.5 + Double(n)))
@@ -178,7 +178,7 @@ struct FuzzCorpus: Sendable {
         // 2. B receives it; concurrent edits on both, counters on both sites, a delete, a
         //    delete and re-insert of the same id, a cleared optional; then both sync.
         try await engineA.sync(via: DirectTransport(to: engineB))
-        try b.write { tx in
+        try b.write(isolation: #isolation) { tx in
             try tx.update(FuzzHome.self, id: homes[0]) { $0.name = "Home zero (B)" }
             try tx.update(FuzzItem.self, id: items[1]) { $0.tags = ["b1", "b2"] }
             try tx.update(FuzzAccount.self, id: accounts[0]) { $0.credits.add(-2, site: tx.siteID) }
@@ -186,14 +186,14 @@ struct FuzzCorpus: Sendable {
             try tx.delete(FuzzReading.self, id: readings[2])
             try tx.insert(FuzzAccount(id: accounts[3], handle: Self.handles[3], joined: t0.addingTimeInterval(3), limits: nil))
         }
-        try a.write { tx in
+        try a.write(isolation: #isolation) { tx in
             try tx.update(FuzzHome.self, id: homes[0]) { $0.rooms = 9 }
             try tx.update(FuzzItem.self, id: items[1]) { $0.weight = 12.75 }
             try tx.update(FuzzAccount.self, id: accounts[0]) { $0.credits.add(3, site: tx.siteID) }
             try tx.delete(FuzzItem.self, id: items[3])
             try tx.delete(FuzzHome.self, id: homes[3])
         }
-        try a.write { tx in
+        try a.write(isolation: #isolation) { tx in
             try tx.insert(FuzzHome(id: homes[3], name: "Home 3 again", rooms: 2, built: t0, note: nil, area: 12))
             try tx.update(FuzzReading.self, id: readings[4]) { $0.samples = [-0.5, 1e-300, 2.5e300] }
             try tx.update(FuzzItem.self, id: items[5]) { $0.purchased = nil; $0.attributes = ["k": "v"] }
@@ -205,7 +205,7 @@ struct FuzzCorpus: Sendable {
         let fromB = try engineB.makeDelta(for: nil)
 
         // 3. C: many records, for a delta read on a thread of its own.
-        try c.write { tx in
+        try c.write(isolation: #isolation) { tx in
             for n in 0..<600 {
                 try tx.insert(FuzzReading(id: fuzzID(7, UInt64(n)), sensor: "c\(n % 7)", value: Double(n), at: t0.addingTimeInterval(Double(n)),
                                           samples: [Double(n)], flags: nil))

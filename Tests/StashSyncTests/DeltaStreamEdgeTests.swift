@@ -566,7 +566,7 @@ struct Creme: Record, Equatable {
             }
             let a = try open("a"), b = try open("b")
             var ids: [RecordID] = []
-            try a.store.write { tx in
+            try a.store.write(isolation: #isolation) { tx in
                 for n in 0..<600 {
                     var wide = Wide()
                     if n % 7 != 0 { wide.scramble(Double.random(in: 0...1, using: &rng), &rng) }
@@ -600,7 +600,7 @@ struct Creme: Record, Equatable {
                     for _ in 0..<writes {
                         let share = [0.02, 0.3, 1.0].randomElement(using: &rng)!
                         let fieldShare = Double.random(in: 0...0.5, using: &rng)
-                        try device.store.write { tx in
+                        try device.store.write(isolation: #isolation) { tx in
                             for id in ids where Double.random(in: 0..<1, using: &rng) < share {
                                 switch Int.random(in: 0..<20, using: &rng) {
                                 case 0: try tx.delete(Wide.self, id: id)

@@ -112,8 +112,8 @@ struct Household: Record, Equatable {
         let data = try forged(source, receiver, home, fullSnapshot: true) { $0.fields["extra"] = FieldState(value: .int(42), version: next) }
         #expect(try receiver.engine.apply(data) == .applied(entries: 1, changed: 1))
         #expect(receiver.store.schema == schema)
-        #expect(try receiver.store.read { $0.schema } == schema)
-        #expect(try receiver.store.read { try $0.recordState(typeNamed: "Household", id: home.id) }.fields["extra"]?.value == .int(42))
+        #expect(try receiver.store.read(isolation: #isolation) { $0.schema } == schema)
+        #expect(try receiver.store.read(isolation: #isolation) { try $0.recordState(typeNamed: "Household", id: home.id) }.fields["extra"]?.value == .int(42))
         #expect(try receiver.store.get(Household.self, id: home.id) == home)
         #expect(try receiver.store.verify().isClean)
     }

@@ -94,7 +94,7 @@ import StashTestSupport
         let checkpoints = try FileManager.default.contentsOfDirectory(atPath: url.appendingPathComponent("checkpoints").path)
         let checkpointName = try #require(checkpoints.first)
         #expect(checkpoints.count == 1)
-        let to = try b.store.read { try $0.historyBounds().current.sequence }
+        let to = try b.store.read(isolation: #isolation) { try $0.historyBounds().current.sequence }
         #expect(checkpointName == String(format: "%@-%020llu.checkpoint", b.store.siteID.description, to))
         let checkpointBytes = [UInt8](try Data(contentsOf: url.appendingPathComponent("checkpoints").appendingPathComponent(checkpointName)))
         let c = try header(checkpointBytes)

@@ -152,7 +152,7 @@ struct Diary: Record, Equatable {
         try await a.engine.sync(via: relay)
         try await older.engine.sync(via: relay)
         #expect(!older.engine.parkedDeltas().isEmpty)
-        #expect(try b.store.read { try $0.count(typeNamed: "Diary") } == 1)
+        #expect(try b.store.read(isolation: #isolation) { try $0.count(typeNamed: "Diary") } == 1)
         let secrets = ["meet Alice", "harbour", "confidentialEntry", "Diary", "mood", "Wallet", "credits"]
         let files = relayFiles(url)
         #expect(files.count > 5)
@@ -223,7 +223,7 @@ struct Diary: Record, Equatable {
         let c = try device(dir.sub("c"), key: nil)
         try await b.engine.sync(via: relay)
         try await c.engine.sync(via: relay)
-        #expect(try b.store.read { try $0.count(typeNamed: "Diary") } == 1 && c.store.read { try $0.count(typeNamed: "Diary") } == 1)
+        #expect(try b.store.read(isolation: #isolation) { try $0.count(typeNamed: "Diary") } == 1 && c.store.read(isolation: #isolation) { try $0.count(typeNamed: "Diary") } == 1)
         #expect(!a.engine.encryptsRelayFiles)
         #expect(try await a.engine.status(via: relay).description.contains("unencrypted"))
         #expect(relayFiles(url).contains { $0.1.range(of: Data("plain".utf8)) != nil }, "in the clear, as said")

@@ -127,7 +127,7 @@ struct Outfit: Record, Equatable {
         #expect(fresh.engine.parkedDeltas().isEmpty)
         for garment in garments {
             #expect(try fresh.store.get(GarmentWithoutFileName.self, id: garment.id) == GarmentWithoutFileName(id: garment.id, name: garment.name, wearCount: garment.wearCount))
-            let state = try fresh.store.read { try $0.recordState(typeNamed: "Garment", id: garment.id) }
+            let state = try fresh.store.read(isolation: #isolation) { try $0.recordState(typeNamed: "Garment", id: garment.id) }
             #expect(state.fields["imageFileName"]?.value == .string(garment.imageFileName!), "carried")
         }
         #expect(fresh.store.schema.type(named: "Garment")?.field(named: "imageFileName") == nil, "the import left the schema as declared")
@@ -181,7 +181,7 @@ struct Outfit: Record, Equatable {
         try older.store.insert(fromOlder)
         try await exchange(older, newer, way, relay: relay)
         #expect(older.engine.parkedDeltas().isEmpty && newer.engine.parkedDeltas().isEmpty)
-        #expect(try older.store.read { $0.carriedTypeNames } == ["Outfit"])
+        #expect(try older.store.read(isolation: #isolation) { $0.carriedTypeNames } == ["Outfit"])
         #expect(try newer.store.get(GarmentWithImage.self, id: fromOlder.id) == GarmentWithImage(id: fromOlder.id, name: "scarf", imageData: nil, wearCount: 2))
 
         // The older version edits the newer one's garment (its whole struct, typed): the image
@@ -202,7 +202,7 @@ struct Outfit: Record, Equatable {
         let upgraded = try open(dir.sub("older"), [GarmentWithImage.self, Outfit.self])
         #expect(try upgraded.store.get(GarmentWithImage.self, id: fromNewer.id) == edited)
         #expect(try upgraded.store.get(Outfit.self, id: outfit.id) == outfit)
-        #expect(try upgraded.store.read { $0.carriedTypeNames }.isEmpty)
+        #expect(try upgraded.store.read(isolation: #isolation) { $0.carriedTypeNames }.isEmpty)
         #expect(try upgraded.store.count(GarmentWithImage.self, where: \.wearCount, equals: 5) == 1)
         for device in [upgraded, newer, third] { #expect(try device.store.verify().isClean, "\(device.path)") }
         try await expectUpToDate(newer, way, relay: relay, "newer")
@@ -238,7 +238,7 @@ struct Outfit: Record, Equatable {
                     == GarmentWithImage(id: garment.id, name: name, imageData: Data(garment.imageFileName!.utf8), wearCount: 1))
             let onOlder = try older.store.get(GarmentWithFileName.self, id: garment.id)
             #expect(onOlder?.name == name && onOlder?.wearCount == 1, "\(String(describing: onOlder))")
-            let state = try older.store.read { try $0.recordState(typeNamed: "Garment", id: garment.id) }
+            let state = try older.store.read(isolation: #isolation) { try $0.recordState(typeNamed: "Garment", id: garment.id) }
             #expect(state.fields["imageData"]?.value == .bytes(Data(garment.imageFileName!.utf8)), "the migrated image is carried on the older version")
         }
         // The older version migrates in turn: the same images, every edit kept.

@@ -315,8 +315,8 @@ import StashTestSupport
         let report = try await a.sync(with: b)
         #expect(report.parked.isEmpty && b.engine.parkedDeltas().isEmpty, "\(report)")
         #expect(try b.store.get(Note.self, id: note.id) == note)
-        #expect(try b.store.read { $0.carriedTypeNames } == ["Wallet"])
-        #expect(try b.store.read { $0.schema.type(named: "Wallet") } == nil, "an import never changes the schema")
+        #expect(try b.store.read(isolation: #isolation) { $0.carriedTypeNames } == ["Wallet"])
+        #expect(try b.store.read(isolation: #isolation) { $0.schema.type(named: "Wallet") } == nil, "an import never changes the schema")
         #expect(try b.store.verify().isClean)
         // A third store of the newer version hears of the wallet from B alone.
         let c = try Device.open(dir.sub("c"), family: family)
@@ -325,7 +325,7 @@ import StashTestSupport
         // The app upgrades: B reopens with Wallet declared and reads the wallet.
         let upgraded = try Device.open(dir.sub("b"), family: family)
         #expect(try credits(upgraded.store, wallet.id) == 3)
-        #expect(try upgraded.store.read { $0.carriedTypeNames }.isEmpty)
+        #expect(try upgraded.store.read(isolation: #isolation) { $0.carriedTypeNames }.isEmpty)
         #expect(try upgraded.store.verify().isClean)
     }
 
@@ -434,7 +434,7 @@ import StashTestSupport
         try await x.sync(with: b)
         #expect(try b.store.get(Note.self, id: note.id)?.title == "from the future")
         // B's clock followed X's at most two minutes past B's wall time.
-        let next = try b.store.write { try $0.writeVersion() }
+        let next = try b.store.write(isolation: #isolation) { try $0.writeVersion() }
         #expect(next.date < honest.now.addingTimeInterval(maximumClockSkew + 5), "B's clock was dragged to \(next.date)")
         // Three minutes later (real time) B edits the same field: it must win, not in a day.
         honest.advance(180)
@@ -470,7 +470,7 @@ import StashTestSupport
         try a.store.insert(note)
         try await a.sync(with: b)
         // A forged state from a site that is no store: title stamped in the year 2200.
-        var state = try a.store.read { try $0.recordState(typeNamed: "Note", id: note.id) }
+        var state = try a.store.read(isolation: #isolation) { try $0.recordState(typeNamed: "Note", id: note.id) }
         let forger = RecordID()
         let year2200 = Version(clock: UInt64(7_258_118_400_000) << 16, site: forger)
         state.fields["title"] = FieldState(value: .string("from 2200"), version: year2200)
@@ -478,7 +478,7 @@ import StashTestSupport
                            from: 1, to: 1, isFullSnapshot: false, created: clock.now, entries: [state], counterFields: [:])
         #expect(try a.engine.apply(forged.encoded()) == .applied(entries: 1, changed: 1))
         #expect(try a.store.get(Note.self, id: note.id)?.title == "from 2200")
-        let stored = try a.store.read { try $0.recordState(typeNamed: "Note", id: note.id) }.fields["title"]!.version
+        let stored = try a.store.read(isolation: #isolation) { try $0.recordState(typeNamed: "Note", id: note.id) }.fields["title"]!.version
         #expect(stored.site == forger && stored.date < clock.now.addingTimeInterval(maximumClockSkew), "kept as \(stored.date)")
         // The same write arriving again later (in a full snapshot of its source) maps to the
         // same version: nothing changes.
@@ -773,7 +773,7 @@ import StashTestSupport
         let consumers = try a.store.historyConsumers()
         #expect(consumers["sync:relay.\(old)"] == nil, "\(consumers)")
         #expect(try a.engine.status().pendingOutgoing == 0)
-        let current = try a.store.read { try $0.historyBounds() }.current
+        let current = try a.store.read(isolation: #isolation) { try $0.historyBounds() }.current
         #expect(throws: Never.self) { try a.store.purgeHistory(before: current) }
     }
 
@@ -1876,10 +1876,10 @@ import StashTestSupport
         var a = try Device.open(dir.sub("a"), family: family)
         var b = try Device.open(dir.sub("b"), family: family)
         let secrets = (0..<5).map { DeviceSecret(value: "kept here \($0)") }
-        try a.store.write { tx in for secret in secrets { try tx.insert(secret) } }
+        try a.store.write(isolation: #isolation) { tx in for secret in secrets { try tx.insert(secret) } }
         try a.store.insert(Note(title: "shared all along", body: ""))
         try await a.sync(with: b)
-        #expect(try b.store.read { try $0.count(typeNamed: "DeviceSecret") } == 0, "local-only: kept on a")
+        #expect(try b.store.read(isolation: #isolation) { try $0.count(typeNamed: "DeviceSecret") } == 0, "local-only: kept on a")
 
         // The next app version syncs the type on both devices.
         let upgraded = syncTypes.filter { $0 != DeviceSecret.self } + [SyncedSecret.self]
@@ -1906,7 +1906,7 @@ import StashTestSupport
         let report = try await a.sync(with: b)
         #expect(report.parked.isEmpty && b.engine.parkedDeltas().isEmpty, "\(report)")
         #expect(try b.store.get(Note.self, id: note.id) == note)
-        #expect(try b.store.read { try $0.count(typeNamed: "DeviceSecret") } == 0)
+        #expect(try b.store.read(isolation: #isolation) { try $0.count(typeNamed: "DeviceSecret") } == 0)
     }
 
     /// A parked delta that fails when retried holds back its own source only: the parked
@@ -1967,7 +1967,7 @@ import StashTestSupport
         #expect(try b.store.get(Note.self, id: first.id) != nil)
         let lost = Note(title: "lost", body: "")
         try a.store.insert(lost)
-        try a.engine.acknowledge(peer: b.engine.site, through: try a.store.read { try $0.historyBounds().current.sequence })
+        try a.engine.acknowledge(peer: b.engine.site, through: try a.store.read(isolation: #isolation) { try $0.historyBounds().current.sequence })
         let later = Note(title: "later", body: "")
         try a.store.insert(later)
 

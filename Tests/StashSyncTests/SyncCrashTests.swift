@@ -15,7 +15,7 @@ import StashTestSupport
         let dir = TemporaryDirectory("crash")
         let family = RecordID()
         let a = try Device.open(dir.sub("a"), family: family)
-        try a.store.write { tx in
+        try a.store.write(isolation: #isolation) { tx in
             for n in 0..<3000 { try tx.insert(Note(title: "note \(n)", body: String(repeating: "x", count: 100))) }
         }
         // An empty receiver in the family, copied fresh for every round.

@@ -215,10 +215,10 @@ struct Document: Record, Equatable {
         try await a.sync(with: b)
         try a.store.update(UserProfile.self, id: ids.small) { $0.kind = "k3" }
         try a.store.update(UserProfile.self, id: ids.large) { $0.kind = "k1" }
-        let states = try a.store.read { snapshot in
+        let states = try a.store.read(isolation: #isolation) { snapshot in
             try [ids.large, ids.small].map { try snapshot.recordState(typeNamed: "UserProfile", id: $0) }
         }
-        try b.store.write { tx in
+        try b.store.write(isolation: #isolation) { tx in
             for state in states { try tx.merge(state, origin: a.store.siteID) }
         }
         #expect(try b.store.get(UserProfile.self, id: ids.small)?.kind == "k3")

@@ -6,6 +6,8 @@ public enum StashExecutable {
         public let status: Int32
         public let stdout: String
         public let stderr: String
+        /// The signal the process died of, if it did not exit (`status` is then the signal).
+        public var signal: Int32? = nil
     }
 
     /// The built `stash` binary: STASH_BIN, or beside the test runner (same build directory).
@@ -57,7 +59,8 @@ public enum StashExecutable {
         let errData = err.fileHandleForReading.readDataToEndOfFile()
         process.waitUntilExit()
         return Result(status: process.terminationStatus, stdout: String(decoding: outData, as: UTF8.self),
-                      stderr: String(decoding: errData, as: UTF8.self))
+                      stderr: String(decoding: errData, as: UTF8.self),
+                      signal: process.terminationReason == .uncaughtSignal ? process.terminationStatus : nil)
     }
 
     @discardableResult

@@ -539,7 +539,7 @@ import StashTestSupport
             (#"{"types": [{"name": "X", "fields": [{"name": "a", "kind": "strin"}]}]}"#, "at types[0].fields[0].kind"),
             (#"{"types": [{"name": "X" "fields": []}]}"#, "not valid JSON: "),
             // A misspelt key was ignored: the type was made without the fields meant, rc 0.
-            (#"{"types": [{"name": "X", "fieldz": [{"name": "a", "kind": "string"}]}]}"#, "unknown key 'fieldz' (the keys here: name, fields, indexes, localOnly) (at types[0].fieldz)"),
+            (#"{"types": [{"name": "X", "fieldz": [{"name": "a", "kind": "string"}]}]}"#, "unknown key 'fieldz' (the keys here: name, fields, indexes, localOnly, references) (at types[0].fieldz)"),
             (#"{"types": [{"name": "X", "fields": [{"name": "a", "kind": "string", "optinal": true}]}]}"#, "unknown key 'optinal'"),
             (#"{"types": [{"name": "X", "fields": [{"name": "a", "kind": "string"}], "indexes": [{"field": ["a"]}]}]}"#, "unknown key 'field'"),
             (#"{"typez": []}"#, "unknown key 'typez'"),

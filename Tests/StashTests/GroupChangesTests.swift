@@ -154,7 +154,8 @@ import StashTestSupport
             #expect(try snapshot.changedRecords(in: index, after: .beginning, limit: 10) == nil)
         }
         // A known format whose author length is absurd (2^64 - 1): no trap, count from scratch.
-        let absurd = [UInt8]([1]) + [UInt8](repeating: 0, count: 24) + [UInt8](repeating: 0xFF, count: 9) + [0x01]
+        // (Entry format 2: the format byte, the checksum of what follows, then the entry.)
+        let absurd = resealedHistoryEntry([UInt8]([2, 0, 0, 0, 0]) + [UInt8](repeating: 0, count: 24) + [UInt8](repeating: 0xFF, count: 9) + [0x01])
         try env.write { txn in try txn.put(history, key: key, value: absurd) }
         try store.read { snapshot throws in
             #expect(try snapshot.changedRecords(in: index, after: one, limit: 10) == nil)

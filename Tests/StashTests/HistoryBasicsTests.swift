@@ -263,7 +263,7 @@ import StashTestSupport
         let store = try Store.open(at: dir.path, types: [Home.self, Item.self], options: options)
         let home = Home(name: "h")
         let item = Item(homeID: home.id, name: "after the backlog", category: "c", wearCount: 0, price: 0)
-        try store.write { tx in try tx.insert(home) }
+        try store.write(isolation: #isolation) { tx in try tx.insert(home) }   // the synchronous write
         for n in 0..<(HistoryPage.maximumScanned + 500) { try store.insert(Home(name: "other \(n)")) }
         try store.insert(item)
         var changes = store.changes(of: ["Item"], after: .beginning, pollInterval: .seconds(30)).makeAsyncIterator()

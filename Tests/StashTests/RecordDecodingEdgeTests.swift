@@ -731,9 +731,10 @@ private func decodePaths<R: Record>(_ type: R.Type, _ id: RecordID, in store: St
 /// `bytes` (a stored record) with `extra` more fields in the header's count.
 private func withFieldCount(_ bytes: [UInt8], plus extra: Int) -> [UInt8] {
     var bytes = bytes
-    let count = (Int(bytes[1]) | (Int(bytes[2]) << 8)) + extra
-    bytes[1] = UInt8(truncatingIfNeeded: count)
-    bytes[2] = UInt8(truncatingIfNeeded: count >> 8)
+    // After the format byte and the checksum (bytes 1-4).
+    let count = (Int(bytes[5]) | (Int(bytes[6]) << 8)) + extra
+    bytes[5] = UInt8(truncatingIfNeeded: count)
+    bytes[6] = UInt8(truncatingIfNeeded: count >> 8)
     return bytes
 }
 
@@ -1143,7 +1144,7 @@ private func withFieldCount(_ bytes: [UInt8], plus extra: Int) -> [UInt8] {
             ("one field more in the header", withFieldCount(bytes, plus: 1)),
             ("one field fewer in the header", withFieldCount(bytes, plus: -1)),
         ]
-        var start = 3
+        var start = RecordFormat.headerSize
         for field in parsed.fields {
             let whole = Array(bytes[start..<field.range.upperBound])   // tag and value
             let tag = field.tag
@@ -1151,7 +1152,7 @@ private func withFieldCount(_ bytes: [UInt8], plus extra: Int) -> [UInt8] {
             after.insert(contentsOf: whole, at: field.range.upperBound)
             damages.append(("tag \(tag) twice in a row", after))
             var first = withFieldCount(bytes, plus: 1)
-            first.insert(contentsOf: whole, at: 3)
+            first.insert(contentsOf: whole, at: RecordFormat.headerSize)
             damages.append(("tag \(tag) first and where it was", first))
             damages.append(("tag \(tag) where it was and last", withFieldCount(bytes, plus: 1) + whole))
             start = field.range.upperBound

@@ -250,19 +250,20 @@ private struct Rereads: Record, Equatable {
             ("a byte after the last field", stored + [0]),
             ("the last byte cut off", Array(stored.dropLast())),
         ]
-        // The field count is bytes 1-2 (little-endian) after the format's version byte.
+        // The field count is bytes 5-6 (little-endian) after the format's version byte and
+        // the checksum (bytes 1-4).
         var more = stored
-        more[1] &+= 1
+        more[5] &+= 1
         damages.append(("one field more in the header", more))
         var fewer = stored
-        fewer[1] &-= 1
+        fewer[5] &-= 1
         damages.append(("one field fewer in the header", fewer))
         // `homeID` is the first field: its tag, the uuid kind and 16 bytes.
-        let first = Array(stored[3..<21])
+        let first = Array(stored[7..<25])
         #expect(first[1] == 7, "the first field's kind is a uuid's (7)")
         var twice = stored
-        twice[1] &+= 1
-        twice.insert(contentsOf: first, at: 3)
+        twice[5] &+= 1
+        twice.insert(contentsOf: first, at: 7)
         damages.append(("the first field stored twice", twice))
         for (damage, bytes) in damages {
             try replaceRecord(key, with: bytes, in: env)
@@ -290,11 +291,11 @@ private struct Rereads: Record, Equatable {
         let env = try Environment.open(path: dir.path)
         let (key, stored) = try storedRecord(record.id, in: env)
         // `a` is the first field: its tag, the string kind, the length 1 and "x".
-        let first = Array(stored[3..<7])
+        let first = Array(stored[7..<11])
         #expect(first[1] == 5 && first[3] == UInt8(ascii: "x"), "the first field is the string \"x\"")
         var twice = stored
-        twice[1] &+= 1
-        twice.insert(contentsOf: first, at: 3)
+        twice[5] &+= 1
+        twice.insert(contentsOf: first, at: 7)
         try replaceRecord(key, with: twice, in: env)
         #expect { try store.get(Rereads.self, id: record.id) } throws: { ($0 as? StoreError)?.code == .corrupted }
     }
@@ -389,8 +390,11 @@ func storedRecord(_ id: RecordID, in env: Environment) throws -> (key: [UInt8], 
     try StoredEntries.find("records", keyEndingWith: id.bytes, in: env)
 }
 
-/// Stores `bytes` under `key` in `env`'s records table, underneath the store.
+/// Stores `bytes` under `key` in `env`'s records table, underneath the store, with the
+/// checksum they give (``resealedRecord(_:)``): what these tests change is what the decoder
+/// itself must refuse, which a damaged checksum would otherwise hide (DamageTests changes
+/// bytes without it).
 func replaceRecord(_ key: [UInt8], with bytes: [UInt8], in env: Environment) throws {
     let records = try env.database("records")
-    try env.write { txn in try txn.put(records, key: key, value: bytes) }
+    try env.write { txn in try txn.put(records, key: key, value: resealedRecord(bytes)) }
 }

@@ -249,7 +249,8 @@ import StashTestSupport
                 group.addTask {
                     try await RequestContext.$request.withValue("grouped \(t)") {
                         for k in 0..<rounds {
-                            try store.write { tx in
+                            // The synchronous write (`isolation:` picks it in an async context).
+                            try store.write(isolation: #isolation) { tx in
                                 try tx.insert(Item(homeID: home.id, name: "\(t)-\(k)", category: "c", wearCount: k, price: 1))
                             }
                             await Task.yield()

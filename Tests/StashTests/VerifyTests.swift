@@ -95,7 +95,9 @@ import StashTestSupport
                 return true
             }
             #expect(damaged.count == 2)
-            for (key, bytes) in damaged { try txn.put(records, key: key, value: bytes) }
+            // With the checksum the damaged bytes give: the frame and the checksum intact, a value
+            // inside them not (the checksum alone is DamageTests' subject).
+            for (key, bytes) in damaged { try txn.put(records, key: key, value: resealedRecord(bytes)) }
         }
         #expect(throws: StoreError.self) { try store.get(Item.self, id: inPlain.id) }
         let report = try store.verify()
@@ -298,7 +300,8 @@ import StashTestSupport
             let at = try #require(value.indices.first { value[$0...].starts(with: old) })
             var bytes = value
             bytes.replaceSubrange(at..<at + old.count, with: new)
-            try txn.put(records, key: key, value: bytes)
+            // With the checksum the new bytes give: a writer's doing, not a disk's.
+            try txn.put(records, key: key, value: resealedRecord(bytes))
         }
         func entryKey(_ txn: WriteTransaction, _ id: RecordID) throws -> [UInt8] {
             var found: [UInt8]?

@@ -26,6 +26,7 @@ import Stash
 // | gateallocs| one gate check, with malloc counting on                       | mallocs/op      |
 // | delta     | export (makeDelta + encode) or import (apply into an empty    | records/s,      |
 // |           | store) of K = 1k / 100k changes, Stash only (DeltaBench.swift) | bytes/change    |
+// | async, livequery | async vs synchronous writes, live-query delivery and commit cost (AsyncBench.swift) | p50/p99 |
 // | overhead  | nothing: the harness's own per-iteration cost                 | p50             |
 //
 // Sizes and iteration budgets come from the environment (see `BenchConfig`).
@@ -389,4 +390,7 @@ let benchmarks: @Sendable () -> Void = {
     }
 
     registerDeltaBenchmarks()
+    registerRelayBenchmarks()
+    registerAsyncBenchmarks()
+    registerBlobBenchmarks()
 }

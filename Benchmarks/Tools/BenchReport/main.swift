@@ -226,8 +226,9 @@ func pairedTable(_ group: String, variant: String, size: String, what: String, t
           [["\(us(s.p50)) / \(us(s.p99))", "\(us(l.p50)) / \(us(l.p99))", ratio(paired), ratio(isolated)]])
 }
 
-// Store sizes N; the delta group's last component is the number of changes K instead.
-let sizes = Set(results.filter { $0.group != "overhead" && $0.group != "delta" }.map(\.size)).sorted { sizeValue($0) < sizeValue($1) }
+// Store sizes N; the delta group's last component is the number of changes K instead, and the
+// async and livequery groups (fresh stores, AsyncBench.swift) have none.
+let sizes = Set(results.filter { !["overhead", "delta", "async", "livequery"].contains($0.group) }.map(\.size)).sorted { sizeValue($0) < sizeValue($1) }
 
 // Machine: what `nproc`, /proc/cpuinfo and /proc/meminfo say, plus the run's own notes.
 let cpu = (try? String(contentsOfFile: "/proc/cpuinfo", encoding: .utf8))?
