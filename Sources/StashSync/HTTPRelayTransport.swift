@@ -128,13 +128,13 @@ public struct HTTPRelayTransport: SyncTransport {
         // The store's newest entry, read again when the server holds more of this site's
         // history (another process of this store may have sent it meanwhile).
         for attempt in 0..<2 {
-            let current = try engine.store.read { try $0.historyBounds().current.sequence }
+            let current = try engine.store.read(isolation: #isolation) { try $0.historyBounds().current.sequence }
             let path = "/sites/\(engine.site)/deltas?from=\(delta.from)&to=\(delta.to)&full=\(delta.isFullSnapshot ? 1 : 0)&current=\(current)"
             let (answer, status) = try await send("POST", path, body: body, for: engine, expecting: [200, 201, 409])
             if status != 409 { return }
             struct Conflict: Decodable { let published: UInt64 }
             let published = (try? JSONDecoder().decode(Conflict.self, from: answer))?.published ?? 0
-            let now = try engine.store.read { try $0.historyBounds().current.sequence }
+            let now = try engine.store.read(isolation: #isolation) { try $0.historyBounds().current.sequence }
             if attempt == 0, now >= published { continue }
             throw SyncError(.siteReused, "relay server \(server.absoluteString) holds history of site \(engine.site) up to \(published), but store \(engine.store.path) has only up to \(now): it was rolled back (a snapshot) or cloned, and another replica writes as the same site. It takes a new site at its next open; reopen it, then sync")
         }
@@ -274,7 +274,7 @@ public struct HTTPRelayTransport: SyncTransport {
         // Per source, the files to offer, decided as a relay directory's reader does.
         var wanted: [(source: RecordID, files: [State.File], requested: Bool)] = []
         for (source, listed) in sources {
-            let received = try engine.store.read { try PeerWatermark.load(source.description, in: $0) }.receivedThrough
+            let received = try engine.store.read(isolation: #isolation) { try PeerWatermark.load(source.description, in: $0) }.receivedThrough
             let wantsFull = try engine.wantsFullSnapshot(from: source)
             // An acknowledgement lost after its delta was applied: the file is never offered
             // again, so it is written here, or the server keeps it.
@@ -418,6 +418,110 @@ public struct HTTPRelayTransport: SyncTransport {
 
     static func littleEndian(_ bytes: ArraySlice<UInt8>) -> UInt64 {
         bytes.reversed().reduce(UInt64(0)) { $0 << 8 | UInt64($1) }
+    }
+
+    // MARK: Blobs
+
+    /// Whether the server holds the blob of `reference` (under the name the family's key gives
+    /// it: the server cannot tell which content it holds).
+    public func hasBlob(_ reference: ExternalData, from engine: SyncEngine) async throws -> Bool {
+        let (_, status) = try await send("HEAD", "/blobs/\(RelayTransport.blobName(reference, for: engine))", for: engine, expecting: [200, 404])
+        return status == 200
+    }
+
+    /// Stores the blob on the server, sealed (a blob it holds already stays as it is).
+    /// - Throws: `.transportFailed` for a blob over the server's body limit (it stays owed).
+    public func putBlob(_ data: Data, for reference: ExternalData, from engine: SyncEngine) async throws {
+        let keys = try familyKeys(engine)
+        let body = try RelayEnvelope(kind: .blob, family: engine.family, source: engine.site, from: 0, to: 0, payload: data).encoded(keys: keys)
+        _ = try await send("PUT", "/blobs/\(RelayTransport.blobName(reference, for: engine))", body: body, for: engine, expecting: [200, 201])
+    }
+
+    /// The blob's bytes as the server holds them (opened with the family's key), or nil when
+    /// it lacks them.
+    /// - Throws: `.corruptDelta` or `.unauthenticated` for a body that does not open as a blob
+    ///   of the family (the engine keeps the blob pending and reports it).
+    public func fetchBlob(_ reference: ExternalData, for engine: SyncEngine) async throws -> Data? {
+        let keys = try familyKeys(engine)
+        let name = RelayTransport.blobName(reference, for: engine)
+        let (data, status) = try await send("GET", "/blobs/\(name)", for: engine, expecting: [200, 404])
+        guard status == 200 else { return nil }
+        let where_ = "\(server.absoluteString)/v1/families/\(engine.family)/blobs/\(name)"
+        let envelope = try RelayEnvelope(decoding: data, keys: keys, name: where_)
+        guard envelope.kind == .blob, envelope.family == engine.family else {
+            throw SyncError(.corruptDelta, "\(where_) is not a blob of family \(engine.family); the blob stays pending")
+        }
+        return envelope.payload
+    }
+
+    /// Removes the server's blobs of the family that neither a kept checkpoint nor any delta
+    /// file on the server references, once stored more than `grace` ago (the directory relay's
+    /// rule, ``RelayTransport/collectBlobs(for:olderThan:)``). The server cannot read the
+    /// references (they are sealed), so this store reads every file of the family: O(bytes
+    /// of the family's files on the server), only when some blob is old enough. Nothing is
+    /// removed when a file does not open. - Returns: the blobs removed.
+    @discardableResult
+    public func collectBlobs(for engine: SyncEngine, olderThan grace: TimeInterval = SyncEngine.relayBlobGrace) async throws -> Int {
+        let keys = try familyKeys(engine)
+        let age = Int64(max(0, grace.rounded(.up)))
+        let (list, _) = try await send("GET", "/blobs?olderThan=\(age)", for: engine, expecting: [200])
+        let candidates = (try? JSONDecoder().decode([String].self, from: list)) ?? []
+        guard !candidates.isEmpty else { return 0 }
+        // Every file and checkpoint of the family, listed after the candidates.
+        var payloads: [(name: String, data: Data)] = []
+        let (checkpointList, _) = try await send("GET", "/checkpoints", for: engine, expecting: [200])
+        struct Listed: Decodable {
+            let maker: String, through: UInt64
+            init(from decoder: any Decoder) throws {
+                var fields = try decoder.unkeyedContainer()
+                maker = try fields.decode(String.self)
+                through = try fields.decode(UInt64.self)
+            }
+        }
+        for checkpoint in (try? JSONDecoder().decode([Listed].self, from: checkpointList)) ?? [] {
+            let (data, status) = try await send("GET", "/checkpoints/\(checkpoint.maker)/\(checkpoint.through)", for: engine, expecting: [200, 404])
+            if status == 200 { payloads.append(("checkpoint \(checkpoint.maker) through \(checkpoint.through)", data)) }
+        }
+        var after: Int64 = 0
+        while true {
+            let (data, _) = try await send("GET", "/log?after=\(after)&bodies=1&limit=256", for: engine, expecting: [200])
+            let files = Self.logFiles([UInt8](data))
+            guard let last = files.last else { break }
+            for file in files { payloads.append(("file \(file.position)", file.body)) }
+            after = last.position
+        }
+        var referenced = Set<String>()
+        for (name, data) in payloads {
+            guard let envelope = try? RelayEnvelope(decoding: data, keys: keys, name: name),
+                  let delta = try? Delta(decoding: envelope.payload, key: engine.key, name: name) else { return 0 }
+            for entry in delta.entries {
+                for field in entry.fields.values {
+                    for reference in ExternalData.references(in: field.value) { referenced.insert(RelayTransport.blobName(reference, for: engine)) }
+                }
+            }
+        }
+        var removed = 0
+        for name in candidates where !referenced.contains(name) {
+            let (_, status) = try await send("DELETE", "/blobs/\(name)?olderThan=\(age)", for: engine, expecting: [204, 404])
+            if status == 204 { removed += 1 }
+        }
+        return removed
+    }
+
+    /// The files of a binary log answer: position u64, source (16), from u64, to u64, full u8,
+    /// length u32, bytes, per file (little-endian).
+    static func logFiles(_ bytes: [UInt8]) -> [(position: Int64, body: Data)] {
+        var result: [(Int64, Data)] = []
+        var offset = 0
+        while offset + 45 <= bytes.count {
+            let position = Int64(bitPattern: littleEndian(bytes[offset..<offset + 8]))
+            let length = Int(littleEndian(bytes[offset + 41..<offset + 45]))
+            offset += 45
+            guard length <= bytes.count - offset else { break }
+            result.append((position, Data(bytes[offset..<offset + length])))
+            offset += length
+        }
+        return result
     }
 
     // MARK: Long-poll and position

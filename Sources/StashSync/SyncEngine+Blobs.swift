@@ -119,18 +119,19 @@ extension RelayTransport {
     /// holds, nor test a guess), and the file is a sealed envelope of kind blob; for a family
     /// without a key, the name is the blob's SHA-256 and the file its bytes.
     func blobFile(_ reference: ExternalData, for engine: SyncEngine) -> URL {
-        let name: String
-        if let key = engine.key {
-            let naming = SymmetricKey(data: FamilyKeys.derive(key, engine.family, purpose: "stash relay blob names v1"))
-            let code = HMAC<SHA256>.authenticationCode(for: Data(hexBytes(reference.sha256)), using: naming)
-            name = code.map { String(format: "%02x", $0) }.joined()
-        } else {
-            name = reference.sha256
-        }
-        return directory.appendingPathComponent("blobs").appendingPathComponent(name)
+        directory.appendingPathComponent("blobs").appendingPathComponent(Self.blobName(reference, for: engine))
     }
 
-    private func hexBytes(_ hex: String) -> [UInt8] {
+    /// The name a relay keeps the blob of `reference` under (a relay directory's file, a relay
+    /// server's key): see ``blobFile(_:for:)``.
+    static func blobName(_ reference: ExternalData, for engine: SyncEngine) -> String {
+        guard let key = engine.key else { return reference.sha256 }
+        let naming = SymmetricKey(data: FamilyKeys.derive(key, engine.family, purpose: "stash relay blob names v1"))
+        let code = HMAC<SHA256>.authenticationCode(for: Data(hexBytes(reference.sha256)), using: naming)
+        return code.map { String(format: "%02x", $0) }.joined()
+    }
+
+    private static func hexBytes(_ hex: String) -> [UInt8] {
         var bytes: [UInt8] = []
         bytes.reserveCapacity(32)
         var iterator = hex.utf8.makeIterator()

@@ -6,7 +6,7 @@ import Foundation
 /// the header's payload length; the sealed payload is opaque to it.
 struct EnvelopeHeader: Equatable, Sendable {
     enum Kind: UInt8, Sendable {
-        case delta = 1, checkpoint = 2, note = 3
+        case delta = 1, checkpoint = 2, note = 3, blob = 4
     }
 
     static let magic: [UInt8] = Array("STSR".utf8)

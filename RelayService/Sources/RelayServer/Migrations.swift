@@ -12,7 +12,7 @@ import Foundation
 /// and parked notes. Bodies are the relay files' bytes, opaque to the server.
 enum Migrations {
     /// `(version, SQL)`, in order. Never edit a published one: add the next.
-    static let all: [(version: Int, sql: String)] = [(1, version1)]
+    static let all: [(version: Int, sql: String)] = [(1, version1), (2, version2)]
 
     /// The statements of `sql`, split at each `;` that is outside a string, a `$$`-quoted body
     /// and a `--` comment (PostgreSQL's extended protocol runs one statement per query).
@@ -284,5 +284,19 @@ enum Migrations {
                     ORDER BY c.coverage_sum, stash_relay_checkpoint_name(c.maker, c.through)), '[]'::json)
                 FROM stash_relay_checkpoints c WHERE c.family = p_family));
     END $$;
+    """#
+
+    /// Blobs (``ExternalData``'s bytes, docs/relay-format.md "Blobs"): sealed envelopes of kind 4
+    /// under the name the family's key gives them (an HMAC of their hash), once per family.
+    static let version2 = #"""
+    CREATE TABLE stash_relay_blobs (
+        family  uuid NOT NULL REFERENCES stash_relay_families ON DELETE CASCADE,
+        name    text NOT NULL,
+        size    integer NOT NULL,
+        body    bytea NOT NULL,
+        stored  timestamptz NOT NULL DEFAULT now(),
+        PRIMARY KEY (family, name)
+    );
+    ALTER TABLE stash_relay_blobs ALTER COLUMN body SET STORAGE EXTERNAL;
     """#
 }

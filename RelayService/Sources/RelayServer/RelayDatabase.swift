@@ -208,6 +208,65 @@ final class RelayDatabase: Sendable {
         }
     }
 
+    // MARK: Blobs
+
+    /// Stores a blob under `name` once: returns false when the family holds it already.
+    func putBlob(family: UUID, name: String, body: ByteBuffer) async throws -> Bool {
+        try await run("put blob") {
+            let rows = try await self.client.query("""
+                INSERT INTO stash_relay_blobs (family, name, size, body) VALUES (\(family), \(name), \(Int32(body.readableBytes)), \(body))
+                ON CONFLICT (family, name) DO NOTHING RETURNING 1
+                """, logger: self.logger)
+            for try await _ in rows { return true }
+            return false
+        }
+    }
+
+    /// The blob's body (nil: the family holds none of that name), or only whether it is held.
+    func blob(family: UUID, name: String, body: Bool) async throws -> ByteBuffer? {
+        try await run("blob") {
+            let rows = try await self.client.query("""
+                SELECT CASE WHEN \(body) THEN body ELSE ''::bytea END FROM stash_relay_blobs WHERE family = \(family) AND name = \(name)
+                """, logger: self.logger)
+            for try await bytes in rows.decode(ByteBuffer.self) { return bytes }
+            return nil
+        }
+    }
+
+    /// The names of the family's blobs stored more than `age` ago.
+    func blobs(family: UUID, olderThan age: Int64) async throws -> [String] {
+        try await run("blobs") {
+            var result: [String] = []
+            let rows = try await self.client.query("""
+                SELECT name FROM stash_relay_blobs WHERE family = \(family) AND stored < now() - make_interval(secs => \(Double(age))) ORDER BY name
+                """, logger: self.logger)
+            for try await name in rows.decode(String.self) { result.append(name) }
+            return result
+        }
+    }
+
+    /// Removes the blob when it was stored more than `age` ago; whether it did.
+    func deleteBlob(family: UUID, name: String, olderThan age: Int64) async throws -> Bool {
+        try await run("delete blob") {
+            let rows = try await self.client.query("""
+                DELETE FROM stash_relay_blobs WHERE family = \(family) AND name = \(name) AND stored < now() - make_interval(secs => \(Double(age))) RETURNING 1
+                """, logger: self.logger)
+            for try await _ in rows { return true }
+            return false
+        }
+    }
+
+    /// The family's checkpoints (maker, through), for a client that reads every file of the
+    /// family (a blob collection).
+    func checkpoints(family: UUID) async throws -> [(UUID, Int64)] {
+        try await run("checkpoints") {
+            var result: [(UUID, Int64)] = []
+            let rows = try await self.client.query("SELECT maker, through FROM stash_relay_checkpoints WHERE family = \(family) ORDER BY coverage_sum", logger: self.logger)
+            for try await row in rows.decode((UUID, Int64).self) { result.append(row) }
+            return result
+        }
+    }
+
     // MARK: Notes
 
     /// Records that `reader` applied `source`'s history through `through` (an acknowledgement

@@ -22,6 +22,7 @@ struct RelayRoutes: Sendable {
     private let deltasRefused = Counter(label: "stash_relay_deltas_total", dimensions: [("outcome", "refused")])
     private let deltaBytes = Counter(label: "stash_relay_delta_bytes_total")
     private let checkpointsStored = Counter(label: "stash_relay_checkpoints_total")
+    private let blobsStored = Counter(label: "stash_relay_blobs_total")
     private let longPolls = Gauge(label: "stash_relay_long_polls")
     private let unauthorized = Counter(label: "stash_relay_refused_total", dimensions: [("reason", "token")])
     private let limited = Counter(label: "stash_relay_refused_total", dimensions: [("reason", "rate")])
@@ -53,6 +54,12 @@ struct RelayRoutes: Sendable {
         family.get("sites/:site/parked") { request, context in try await parkedNotes(request, context) }
         family.put("sites/:site/parked/:reader") { request, context in try await park(request, context) }
         family.delete("sites/:site/parked/:reader") { request, context in try await unpark(request, context) }
+        family.get("checkpoints") { request, context in try await checkpointList(request, context) }
+        family.get("blobs") { request, context in try await blobList(request, context) }
+        family.head("blobs/:name") { request, context in try await blob(request, context, body: false) }
+        family.get("blobs/:name") { request, context in try await blob(request, context, body: true) }
+        family.put("blobs/:name") { request, context in try await putBlob(request, context) }
+        family.delete("blobs/:name") { request, context in try await deleteBlob(request, context) }
     }
 
     // MARK: Authorization
@@ -393,6 +400,74 @@ struct RelayRoutes: Sendable {
         let source = try uuid(context, "site"), reader = try uuid(context, "reader")
         try await mapUnavailable { try await database.park(family: family, source: source, reader: reader, note: nil) }
         return Response(status: .noContent)
+    }
+
+    // MARK: Blobs
+
+    /// A blob's name: 64 lowercase hex digits (the HMAC of its hash under the family's
+    /// blob-naming key; docs/relay-format.md, "Blobs").
+    private func blobName(_ context: Context) throws -> String {
+        guard let name = context.parameters.get("name"), name.utf8.count == 64,
+              name.utf8.allSatisfy({ (48...57).contains($0) || (97...102).contains($0) }) else {
+            throw HTTPError(.badRequest, message: "blob name \(context.parameters.get("name") ?? "") is not 64 lowercase hex digits")
+        }
+        return name
+    }
+
+    /// `HEAD` or `GET /v1/families/F/blobs/NAME`: 200 (with the blob's bytes for GET) or 404.
+    func blob(_ request: Request, _ context: Context, body: Bool) async throws -> Response {
+        let (family, _) = try await authorize(request, context)
+        let name = try blobName(context)
+        guard let bytes = try await mapUnavailable({ try await database.blob(family: family, name: name, body: body) }) else {
+            throw HTTPError(.notFound, message: "family \(family) holds no blob \(name)")
+        }
+        return body ? binary(bytes) : Response(status: .ok)
+    }
+
+    /// `PUT /v1/families/F/blobs/NAME`: stores a blob (a sealed envelope of kind 4 whose header
+    /// names F) once: 201, or 200 when the family holds it already (the first one stays).
+    func putBlob(_ request: Request, _ context: Context) async throws -> Response {
+        let (family, _) = try await authorize(request, context)
+        let name = try blobName(context)
+        let body = try await body(request)
+        do {
+            let header = try EnvelopeHeader(parsing: body.readableBytesView)
+            guard header.kind == .blob, header.sealed, header.family == family, header.from == 0, header.to == 0 else {
+                throw BodyProblem("the body is not a sealed blob (kind 4) of family \(family)")
+            }
+        } catch let problem as BodyProblem {
+            logger.notice("blob refused", metadata: ["family": "\(family)", "why": "\(problem)"])
+            throw HTTPError(.badRequest, message: problem.description)
+        }
+        let stored = try await mapUnavailable { try await database.putBlob(family: family, name: name, body: body) }
+        if stored { blobsStored.increment() }
+        return Response(status: stored ? .created : .ok)
+    }
+
+    /// `GET /v1/families/F/blobs?olderThan=SECONDS`: the names of the family's blobs stored
+    /// more than SECONDS ago (JSON), the candidates of a blob collection.
+    func blobList(_ request: Request, _ context: Context) async throws -> Response {
+        let (family, _) = try await authorize(request, context)
+        let age = try number(request, "olderThan", default: 0)
+        let names = try await mapUnavailable { try await database.blobs(family: family, olderThan: age) }
+        return json("[" + names.map { "\"\($0)\"" }.joined(separator: ", ") + "]")
+    }
+
+    /// `DELETE /v1/families/F/blobs/NAME?olderThan=SECONDS`: removes the blob if it was stored
+    /// more than SECONDS ago (204), else keeps it (404 when there is none so old).
+    func deleteBlob(_ request: Request, _ context: Context) async throws -> Response {
+        let (family, _) = try await authorize(request, context)
+        let name = try blobName(context)
+        let age = try number(request, "olderThan", default: 0)
+        let removed = try await mapUnavailable { try await database.deleteBlob(family: family, name: name, olderThan: age) }
+        return Response(status: removed ? .noContent : .notFound)
+    }
+
+    /// `GET /v1/families/F/checkpoints`: `[[maker, through], …]`, in order of how much they hold.
+    func checkpointList(_ request: Request, _ context: Context) async throws -> Response {
+        let (family, _) = try await authorize(request, context)
+        let list = try await mapUnavailable { try await database.checkpoints(family: family) }
+        return json("[" + list.map { "[\"\($0.0.uuidString.lowercased())\", \($0.1)]" }.joined(separator: ", ") + "]")
     }
 
     /// `30s`, `500ms`, `2m` or plain seconds, at most `max`.
