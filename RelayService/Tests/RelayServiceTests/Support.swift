@@ -295,7 +295,13 @@ struct Wallet: Record, Equatable {
     var credits = Counter()
 }
 
-let allTypes: [any Record.Type] = [Note.self, Wallet.self]
+struct Garment: Record, Equatable {
+    var id = RecordID()
+    var name: String
+    var image: ExternalData?
+}
+
+let allTypes: [any Record.Type] = [Note.self, Wallet.self, Garment.self]
 
 /// A temporary directory removed when the value goes.
 final class Scratch: Sendable {
