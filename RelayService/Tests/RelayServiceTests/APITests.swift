@@ -12,8 +12,7 @@ extension RelayServiceTests {
         /// The same source and range uploaded twice, through two servers, is stored once (the
         /// second answer says so), and a reader applies it once.
         @Test func duplicateUploadsAreStoredOnce() async throws {
-            let cluster = try SharedPostgres.current
-            let database = try cluster.createDatabase()
+            let (cluster, database) = try SharedPostgres.newDatabase()
             let a = try RelayServerProcess(postgres: cluster.url(database))
             let b = try RelayServerProcess(postgres: cluster.url(database))
             let family = Family()
@@ -21,7 +20,7 @@ extension RelayServiceTests {
             let writer = try Device(scratch.sub("writer"), family: family.id, key: family.key)
             try writer.store.insert(Note(title: "once", body: "", author: "w"))
             let (body, from, to) = try await sealedDelta(of: writer, scratch: scratch)
-            let path = "/v1/families/\(family.id)/sites/\(writer.store.siteID)/deltas?from=\(from)&to=\(to)&full=0&current=\(to)"
+            let path = deltaPath(family, site: writer.store.siteID, from: from, to: to)
             let first = try await request("POST", URL(string: a.url.absoluteString + path)!, token: family.token, body: body)
             let second = try await request("POST", URL(string: b.url.absoluteString + path)!, token: family.token, body: body)
             #expect(first.0 == 201)
@@ -41,8 +40,7 @@ extension RelayServiceTests {
         /// store's sync (`.unauthenticated`, nothing applied); the database keeps only the
         /// token's SHA-256, never the token.
         @Test func tokens() async throws {
-            let cluster = try SharedPostgres.current
-            let database = try cluster.createDatabase()
+            let (cluster, database) = try SharedPostgres.newDatabase()
             let server = try RelayServerProcess(postgres: cluster.url(database))
             let family = Family(), other = Family()
             let scratch = Scratch()
@@ -78,8 +76,7 @@ extension RelayServiceTests {
         /// damaged (its sealed bytes changed in the database) is refused by the reader, which
         /// asks its source for a full snapshot, and the family converges.
         @Test func tamperedBodiesAreRefused() async throws {
-            let cluster = try SharedPostgres.current
-            let database = try cluster.createDatabase()
+            let (cluster, database) = try SharedPostgres.newDatabase()
             let server = try RelayServerProcess(postgres: cluster.url(database))
             let family = Family()
             let scratch = Scratch()
@@ -88,7 +85,7 @@ extension RelayServiceTests {
             let (body, from, to) = try await sealedDelta(of: writer, scratch: scratch)
             let site = writer.store.siteID
             func post(_ body: Data, site: RecordID, from: UInt64, to: UInt64) async throws -> Int {
-                let url = URL(string: server.url.absoluteString + "/v1/families/\(family.id)/sites/\(site)/deltas?from=\(from)&to=\(to)&full=0&current=\(to)")!
+                let url = URL(string: server.url.absoluteString + deltaPath(family, site: site, from: from, to: to))!
                 return try await request("POST", url, token: family.token, body: body).0
             }
             #expect(try await post(body, site: RecordID(), from: from, to: to) == 400)        // another source
@@ -123,8 +120,7 @@ extension RelayServiceTests {
         /// `.transportFailed`, changes pending. Over the family's rate: 429 with Retry-After,
         /// and a store's sync waits as told and goes through.
         @Test func bodyAndRateLimits() async throws {
-            let cluster = try SharedPostgres.current
-            let database = try cluster.createDatabase()
+            let (cluster, database) = try SharedPostgres.newDatabase()
             let small = try RelayServerProcess(postgres: cluster.url(database), arguments: ["--max-body-bytes", "2000"])
             let family = Family()
             let scratch = Scratch()
@@ -158,11 +154,10 @@ extension RelayServiceTests {
         /// Prometheus text with the relay's counters; SIGTERM ends the server gracefully (exit
         /// 0) without waiting out a long-poll, and the migrations ran once for two servers.
         @Test func operations() async throws {
-            let cluster = try SharedPostgres.current
-            let database = try cluster.createDatabase()
+            let (cluster, database) = try SharedPostgres.newDatabase()
             let server = try RelayServerProcess(postgres: cluster.url(database))
             let second = try RelayServerProcess(postgres: cluster.url(database))
-            #expect(try cluster.sql(database, "SELECT string_agg(version::text, ',') FROM stash_relay_migrations") == "1")
+            #expect(try cluster.sql(database, "SELECT string_agg(version::text, ',' ORDER BY version) FROM stash_relay_migrations") == "1,2")
             let family = Family()
             let scratch = Scratch()
             let device = try Device(scratch.sub("d"), family: family.id, key: family.key)

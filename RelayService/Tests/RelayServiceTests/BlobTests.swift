@@ -10,8 +10,7 @@ extension RelayServiceTests {
         /// record referencing the same bytes sends nothing more. A blob still referenced by a
         /// file is kept by the collection; once no checkpoint or file references it, it goes.
         @Test func blobsTravelOnceAndGoWhenNothingReferencesThem() async throws {
-            let cluster = try SharedPostgres.current
-            let database = try cluster.createDatabase()
+            let (cluster, database) = try SharedPostgres.newDatabase()
             let server = try RelayServerProcess(postgres: cluster.url(database))
             let family = Family()
             let scratch = Scratch()

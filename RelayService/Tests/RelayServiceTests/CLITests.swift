@@ -35,8 +35,7 @@ extension RelayServiceTests {
         /// `stash-relay serve` that cannot start says why in its last line and exits non-zero:
         /// a URL that is not PostgreSQL's (2), a database that does not exist, a port in use (1).
         @Test func serverStartFailuresSayWhatToDo() async throws {
-            let cluster = try SharedPostgres.current
-            let database = try cluster.createDatabase()
+            let (cluster, database) = try SharedPostgres.newDatabase()
             let scratch = Scratch()
             func serve(_ arguments: [String]) throws -> (status: Int32, last: String) {
                 let output = scratch.sub("serve-\(UUID().uuidString.prefix(8)).log")
@@ -61,8 +60,7 @@ extension RelayServiceTests {
         /// `--server` asks the server where the store stands now. Without --key-file, or with
         /// another family's key, one line on stderr and exit 1 or 64.
         @Test func syncAndPeersThroughAServer() async throws {
-            let cluster = try SharedPostgres.current
-            let database = try cluster.createDatabase()
+            let (cluster, database) = try SharedPostgres.newDatabase()
             let server = try RelayServerProcess(postgres: cluster.url(database))
             let scratch = Scratch()
             let schema = scratch.sub("schema.json")

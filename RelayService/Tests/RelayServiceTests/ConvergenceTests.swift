@@ -65,8 +65,7 @@ extension RelayServiceTests {
         /// the family id and the key, restores everything from the checkpoint and the files
         /// after it, and goes on incrementally.
         @Test func threeStoresThroughTwoServersConvergeAndANewDeviceRestores() async throws {
-            let cluster = try SharedPostgres.current
-            let database = try cluster.createDatabase()
+            let (cluster, database) = try SharedPostgres.newDatabase()
             let a = try RelayServerProcess(postgres: cluster.url(database))
             let b = try RelayServerProcess(postgres: cluster.url(database))
             let family = Family()
@@ -96,6 +95,7 @@ extension RelayServiceTests {
             let heard = posted.duration(to: .now)
             #expect(next > start)
             #expect(heard < .seconds(5), "the long-poll on B heard the upload to A after \(heard)")
+            print("long-poll on server B woken by an upload to server A: \(heard) from the start of the uploading sync")
 
             for _ in 0..<2 {
                 for (n, device) in devices.enumerated() { try await device.engine.sync(via: transports[n]) }
@@ -124,8 +124,7 @@ extension RelayServiceTests {
         /// checkpoint holds them and every reader has acknowledged them; while a reader stays
         /// behind, they stay.
         @Test func filesGoOnceACheckpointHoldsThemAndEveryReaderHasThem() async throws {
-            let cluster = try SharedPostgres.current
-            let database = try cluster.createDatabase()
+            let (cluster, database) = try SharedPostgres.newDatabase()
             let server = try RelayServerProcess(postgres: cluster.url(database))
             let family = Family()
             let scratch = Scratch()

@@ -25,6 +25,18 @@ func partialRequest(port: Int, head: String, bytes: Data) throws -> Int32 {
     return fd
 }
 
+/// Starts the upload of `body` (a delta of `site`, `from`...`to`) to the server on `port`, with
+/// its whole length announced and only `sending` bytes of it sent; returns the open socket.
+func partialUpload(port: Int, _ family: Family, site: RecordID, body: Data, from: UInt64, to: UInt64, sending: Int) throws -> Int32 {
+    let head = "POST \(deltaPath(family, site: site, from: from, to: to)) HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer \(family.token)\r\nContent-Length: \(body.count)\r\n\r\n"
+    return try partialRequest(port: port, head: head, bytes: body.prefix(sending))
+}
+
+/// The path a store uploads a delta of `site`, `from`...`to` to.
+func deltaPath(_ family: Family, site: RecordID, from: UInt64, to: UInt64) -> String {
+    "/v1/families/\(family.id)/sites/\(site)/deltas?from=\(from)&to=\(to)&full=0&current=\(to)"
+}
+
 /// A sealed delta of `device`'s store as a relay server takes it, with its range: what the
 /// device's next send would upload (made through a relay directory, the same envelope).
 func sealedDelta(of device: Device, scratch: Scratch) async throws -> (body: Data, from: UInt64, to: UInt64) {
@@ -45,8 +57,7 @@ extension RelayServiceTests {
         /// was under way when its server was killed resumes once the server is back (the
         /// client retries); each range is stored once, and every store converges and verifies.
         @Test func killNineMidUpload() async throws {
-            let cluster = try SharedPostgres.current
-            let database = try cluster.createDatabase()
+            let (cluster, database) = try SharedPostgres.newDatabase()
             let a = try RelayServerProcess(postgres: cluster.url(database))
             let b = try RelayServerProcess(postgres: cluster.url(database))
             let family = Family()
@@ -63,8 +74,7 @@ extension RelayServiceTests {
             // Half a body on server A, then kill -9: nothing of it is stored.
             for round in 3..<6 { try expected.round(writer, 0, round, wallet: wallet.id) }
             let (body, from, to) = try await sealedDelta(of: writer, scratch: scratch)
-            let head = "POST /v1/families/\(family.id)/sites/\(writer.store.siteID)/deltas?from=\(from)&to=\(to)&full=0&current=\(to) HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer \(family.token)\r\nContent-Length: \(body.count)\r\n\r\n"
-            let socket = try partialRequest(port: a.port, head: head, bytes: body.prefix(body.count / 2))
+            let socket = try partialUpload(port: a.port, family, site: writer.store.siteID, body: body, from: from, to: to, sending: body.count / 2)
             try await Task.sleep(for: .milliseconds(200))
             a.kill9()
             close(socket)
@@ -88,8 +98,7 @@ extension RelayServiceTests {
         /// server, and returns when another device uploads (through the other server); the
         /// device then syncs and has the change.
         @Test func killNineMidLongPoll() async throws {
-            let cluster = try SharedPostgres.current
-            let database = try cluster.createDatabase()
+            let (cluster, database) = try SharedPostgres.newDatabase()
             let a = try RelayServerProcess(postgres: cluster.url(database))
             let b = try RelayServerProcess(postgres: cluster.url(database))
             let family = Family()
@@ -118,8 +127,7 @@ extension RelayServiceTests {
         /// PostgreSQL restarts while devices sync: requests get 503 or lose their connection,
         /// the clients retry, and every sync goes through; the stores converge and verify.
         @Test func restartPostgresMidSync() async throws {
-            let cluster = try SharedPostgres.current
-            let database = try cluster.createDatabase()
+            let (cluster, database) = try SharedPostgres.newDatabase()
             let a = try RelayServerProcess(postgres: cluster.url(database))
             let b = try RelayServerProcess(postgres: cluster.url(database))
             let family = Family()
@@ -172,16 +180,14 @@ extension RelayServiceTests {
         /// A connection dropped in the middle of a body stores nothing, and the server goes on:
         /// the whole upload then stores the delta once.
         @Test func droppedConnectionMidBodyStoresNothing() async throws {
-            let cluster = try SharedPostgres.current
-            let database = try cluster.createDatabase()
+            let (cluster, database) = try SharedPostgres.newDatabase()
             let server = try RelayServerProcess(postgres: cluster.url(database))
             let family = Family()
             let scratch = Scratch()
             let writer = try Device(scratch.sub("writer"), family: family.id, key: family.key)
             for i in 0..<50 { try writer.store.insert(Note(title: "n\(i)", body: String(repeating: "b", count: 200), author: "w")) }
             let (body, from, to) = try await sealedDelta(of: writer, scratch: scratch)
-            let head = "POST /v1/families/\(family.id)/sites/\(writer.store.siteID)/deltas?from=\(from)&to=\(to)&full=0&current=\(to) HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer \(family.token)\r\nContent-Length: \(body.count)\r\n\r\n"
-            let socket = try partialRequest(port: server.port, head: head, bytes: body.prefix(body.count / 3))
+            let socket = try partialUpload(port: server.port, family, site: writer.store.siteID, body: body, from: from, to: to, sending: body.count / 3)
             try await Task.sleep(for: .milliseconds(200))
             close(socket)
             try await Task.sleep(for: .milliseconds(300))

@@ -166,6 +166,12 @@ struct SharedPostgres: SuiteTrait, TestScoping {
         try await Self.$cluster.withValue(cluster) { try await function() }
     }
 
+    /// The shared cluster and a new empty database of it, for one test.
+    static func newDatabase() throws -> (PostgresCluster, String) {
+        let cluster = try current
+        return (cluster, try cluster.createDatabase())
+    }
+
     static var current: PostgresCluster {
         get throws {
             guard let cluster else { throw HarnessError("no PostgreSQL cluster: run the test inside RelayServiceTests (its trait starts one)") }
