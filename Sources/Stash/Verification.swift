@@ -29,6 +29,12 @@ public struct VerificationReport: Sendable, CustomStringConvertible {
         if problems.count < Self.maximumListed { problems.append(problem) } else { problemsNotListed += 1 }
     }
 
+    /// Adds problems found by a check of the caller's (the blobs' of ``Store/verifyBlobs()``,
+    /// say), listed as ``add(_:)`` lists them.
+    public mutating func add(contentsOf problems: [String]) {
+        for problem in problems { add(problem) }
+    }
+
     public var description: String {
         let head = "\(recordsChecked) records, \(indexEntriesChecked) index entries, \(historyEntriesChecked) history entries checked"
         if isClean { return "\(head): clean" }

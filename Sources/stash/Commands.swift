@@ -434,7 +434,7 @@ struct Verify: ParsableCommand {
             // Every blob the records reference: present ones must match their hash; absent
             // ones are pending (sync brings them), which is no damage.
             let blobs = try store.verifyBlobs()
-            report.problems += blobs.problems
+            report.add(contentsOf: blobs.problems)
             printLine(report.description)
             if !blobs.pending.isEmpty {
                 printLine("\(blobs.pending.count) blob(s) pending (referenced, not arrived by sync yet): \(blobs.pending.prefix(10).map(\.sha256).joined(separator: ", "))\(blobs.pending.count > 10 ? ", …" : "")")

@@ -176,7 +176,7 @@ final class BlobCountingTransport<Inner: SyncTransport>: SyncTransport, @uncheck
         let sealed = try ChaChaPoly.seal(second, using: derive("stash relay encryption v1"), authenticating: header(size: second.count))
         try (Data(header(size: second.count)) + sealed.combined).write(to: relayURL.appendingPathComponent("blobs").appendingPathComponent(name(of: second)))
         let hat = Garment(name: "Hat", image: ExternalData(second))
-        try a.store.write { tx in try tx.insert(hat) }
+        try await a.store.write { tx in try tx.insert(hat) }
         let aside = a.store.blobDirectory.appendingPathComponent(ExternalData.hash(of: second))
         try FileManager.default.removeItem(at: aside)   // A cannot send it: the relay's is the one read
         try await a.engine.sync(via: relay)
