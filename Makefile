@@ -106,7 +106,7 @@ bench-smoke: deps-bench
 # The relay service under load: 1,000 simulated devices on loopback against stash-relay and a
 # throwaway PostgreSQL cluster (release builds); the report lands in
 # Benchmarks/.build/results-relay/report.md (see BENCHMARKS.md).
-bench-relay: deps-relay
+bench-relay: deps deps-relay
 	$(SWIFT) build -c release --package-path RelayService --product stash-relay
 	cd Benchmarks && $(SWIFT) build -c release --product RelayBench
 	@mkdir -p Benchmarks/.build/results-relay

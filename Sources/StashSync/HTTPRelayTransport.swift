@@ -484,7 +484,7 @@ public struct HTTPRelayTransport: SyncTransport {
         }
         var after: Int64 = 0
         while true {
-            let (data, _) = try await send("GET", "/log?after=\(after)&bodies=1&limit=256", for: engine, expecting: [200])
+            let (data, _) = try await send("GET", "/log?after=\(after)&bodies=1&limit=64", for: engine, expecting: [200])
             let files = Self.logFiles([UInt8](data))
             guard let last = files.last else { break }
             for file in files { payloads.append(("file \(file.position)", file.body)) }

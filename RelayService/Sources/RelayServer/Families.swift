@@ -38,7 +38,7 @@ final class Families: Sendable {
 final class RateLimiter: Sendable {
     let rate: Double
     let burst: Double
-    private let buckets = Mutex<[UUID: (tokens: Double, updated: ContinuousClock.Instant)]>([:])
+    private let buckets = Mutex<(all: [UUID: (tokens: Double, updated: ContinuousClock.Instant)], pruneAt: Int)>(([:], 4096))
 
     init(rate: Double, burst: Double) {
         self.rate = rate
@@ -49,13 +49,20 @@ final class RateLimiter: Sendable {
     func take(_ family: UUID) -> Int? {
         guard rate > 0 else { return nil }
         let now = ContinuousClock.now
-        return buckets.withLock { buckets in
-            var bucket = buckets[family] ?? (burst, now)
+        return buckets.withLock { state in
+            // A bucket untouched for burst / rate seconds is full again: forgetting it changes
+            // nothing, and keeps the table to the families active lately.
+            if state.all.count >= state.pruneAt {
+                let full = Duration.milliseconds(Int64(burst / rate * 1000) + 1)
+                state.all = state.all.filter { $0.value.updated.duration(to: now) < full }
+                state.pruneAt = max(4096, 2 * state.all.count)
+            }
+            var bucket = state.all[family] ?? (burst, now)
             let elapsed = bucket.updated.duration(to: now)
             let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
             bucket.tokens = min(burst, bucket.tokens + seconds * rate)
             bucket.updated = now
-            defer { buckets[family] = bucket }
+            defer { state.all[family] = bucket }
             if bucket.tokens >= 1 {
                 bucket.tokens -= 1
                 return nil
