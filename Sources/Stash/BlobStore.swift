@@ -119,6 +119,10 @@ struct BlobDirectory: Sendable {
     }
 
     private func failure(_ what: String) -> StoreError {
-        StoreError(.blob, "store \(store): \(what): \(String(cString: strerror(errno))); check the disk's free space and the directory's permissions")
+        let code = errno
+        if code == ENOSPC || code == EDQUOT {
+            return StoreError(.noSpace, "store \(store): \(what): no space left on device; free some space, then try again")
+        }
+        return StoreError(.blob, "store \(store): \(what): \(String(cString: strerror(code))); check the disk's free space and the directory's permissions")
     }
 }

@@ -9,9 +9,21 @@ public struct BackupReport: Sendable, CustomStringConvertible {
     public let sourceBytes: Int
     /// The size of the `data.mdb` made, in bytes.
     public let bytes: Int
+    /// The blob files (``ExternalData``) a backup copied, and their bytes (0 for a compaction,
+    /// which leaves `DIR/blobs` as it is).
+    public let blobCount: Int
+    public let blobBytes: Int
+
+    init(path: String, sourceBytes: Int, bytes: Int, blobCount: Int = 0, blobBytes: Int = 0) {
+        self.path = path
+        self.sourceBytes = sourceBytes
+        self.bytes = bytes
+        self.blobCount = blobCount
+        self.blobBytes = blobBytes
+    }
 
     public var description: String {
-        "\(path): \(Self.size(bytes)) (from \(Self.size(sourceBytes)))"
+        "\(path): \(Self.size(bytes)) (from \(Self.size(sourceBytes)))" + (blobCount > 0 ? ", \(blobCount) blob(s) (\(Self.size(blobBytes)))" : "")
     }
 
     static func size(_ n: Int) -> String {
@@ -37,8 +49,44 @@ extension Store {
     @discardableResult
     public func backup(to destination: String, compact: Bool = false) throws -> BackupReport {
         let report = try storageErrors(path) { try env.copy(to: destination, compact: compact) }
-        return BackupReport(path: URL(fileURLWithPath: destination).standardizedFileURL.path,
-                            sourceBytes: report.sourceBytes, bytes: report.copyBytes)
+        let target = URL(fileURLWithPath: destination).standardizedFileURL.path
+        let blobs: (count: Int, bytes: Int)
+        do { blobs = try copyBlobs(to: target) } catch {
+            // No half-made backup: the copied file goes with the blobs copied so far.
+            try? FileManager.default.removeItem(atPath: BlobDirectory(storePath: target).url.path)
+            unlink((target as NSString).appendingPathComponent("data.mdb"))
+            unlink((target as NSString).appendingPathComponent("lock.mdb"))
+            throw error
+        }
+        return BackupReport(path: target, sourceBytes: report.sourceBytes, bytes: report.copyBytes,
+                            blobCount: blobs.count, blobBytes: blobs.bytes)
+    }
+
+    /// Copies every blob file of the store (``ExternalData``) into the blob directory of the
+    /// backup in `destination`, after its data file was copied: a blob is written before the
+    /// commit that references it, so every blob the copied records reference is here already.
+    /// Blob files never change once written, so each is hard-linked where the file system
+    /// allows it, copied (and synced) otherwise.
+    private func copyBlobs(to destination: String) throws -> (count: Int, bytes: Int) {
+        let source = BlobDirectory(storePath: path), target = BlobDirectory(storePath: destination)
+        let blobs = source.list().blobs
+        guard !blobs.isEmpty else { return (0, 0) }
+        var bytes = 0
+        for blob in blobs {
+            let from = source.fileURL(blob.hash).path, to = target.fileURL(blob.hash).path
+            if link(from, to) != 0 {
+                guard errno == ENOENT || errno == EXDEV || errno == EPERM || errno == EMLINK else {
+                    if errno == EEXIST { continue }
+                    throw StoreError(errno == ENOSPC ? .noSpace : .blob, "store \(path): cannot copy blob \(blob.hash) to the backup in \(destination): \(String(cString: strerror(errno))); the backup was removed")
+                }
+                // Its directory is still missing, or another file system: write a copy.
+                guard let data = try source.read(blob.hash) else { continue }   // collected meanwhile: unreferenced
+                try target.write(data, as: ExternalData(sha256: blob.hash, size: data.count), checked: false)
+            }
+            bytes += blob.size
+        }
+        try target.syncDirectory(target.url)
+        return (blobs.count, bytes)
     }
 
     /// Shrinks the store in directory `path` in place: its data is copied without free pages

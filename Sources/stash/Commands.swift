@@ -104,8 +104,12 @@ struct Put: ParsableCommand {
         try runCommand {
             let store = try openExisting(directory)
             let typeSchema = try requireType(store, type)
-            let record = try genericRecord(type: typeSchema, json: try JSONValue.parse(json))
-            try store.write(author: "cli") { tx in try tx.put(record, replacing: !insert) }
+            let value = try JSONValue.parse(json)
+            let record = try genericRecord(type: typeSchema, json: value)
+            let omitted = omittedCounters(type: typeSchema, json: value)
+            try store.write(author: "cli") { tx in
+                try tx.put(try keepingStoredCounters(record, omitted: omitted, in: tx), replacing: !insert)
+            }
             printLine(record.id.description)
         }
     }
@@ -144,13 +148,46 @@ func genericRecord(type: TypeSchema, json: JSONValue, orDumpLine: Bool = true) t
         }
         // An external field takes the bytes as base64 text (kept as a blob by the put), or a
         // reference as `get` prints it.
+        if field.counter == true, value != .null, { if case .object = value { return false } else { return true } }() {
+            throw StoreError(.invalidValue, "\(type.name).\(name) is a counter: leave it out (a new record's starts at 0) and change it with `stash counter DIR \(type.name) ID \(name) +N`, or give its state as `stash get` prints it")
+        }
         let external = field.external == true && { if case .string = value { return true } else { return false } }()
         fields[name] = try FieldValue.fromJSON(value, kind: external ? .bytes : field.kind, field: name)
     }
     for field in type.fields where !field.optional && field.defaultValue == nil && (fields[field.name] ?? .null) == .null {
+        // A counter left out starts at zero (`stash counter` changes it); `put` and `load`
+        // keep the one a record they replace holds (``keepingStoredCounters(_:in:)``).
+        if field.counter == true && members[field.name] == nil {
+            fields[field.name] = Counter.zeroState
+            continue
+        }
         throw StoreError(.invalidValue, "\(type.name) needs field '\(field.name)' (\(field.kind?.rawValue ?? "any"))")
     }
     return GenericRecord(type: type.name, id: id, fields: fields)
+}
+
+/// The counter fields of `type` that a record's JSON object leaves out (``genericRecord(type:json:orDumpLine:)``
+/// sets them to zero), a dumped line's fields included.
+func omittedCounters(type: TypeSchema, json: JSONValue) -> [String] {
+    guard case .object(var members) = json else { return [] }
+    if members.count == 3, case .object(let inner)? = members["fields"], members["type"] != nil, members["id"] != nil,
+       type.field(named: "fields") == nil { members = inner }
+    return type.fields.filter { $0.counter == true && !$0.optional && members[$0.name] == nil }.map(\.name)
+}
+
+extension Counter {
+    /// The state of a counter no site has changed: its value is 0.
+    static let zeroState = FieldValue.map(["sites": .map([:])])
+}
+
+/// `record`, with the counters its JSON left out taken from the record of its id that the
+/// store holds, if any: a `put` or `load` that replaces a record without naming its counter
+/// does not reset it (a counter changes through `stash counter` only).
+func keepingStoredCounters(_ record: GenericRecord, omitted: [String], in tx: StoreTransaction) throws -> GenericRecord {
+    guard !omitted.isEmpty, let stored = try tx.get(typeNamed: record.type, id: record.id) else { return record }
+    var record = record
+    for name in omitted { if let value = stored.fields[name] { record.fields[name] = value } }
+    return record
 }
 
 struct Load: ParsableCommand {
@@ -202,7 +239,9 @@ struct Load: ParsableCommand {
                         do {
                             guard let line = try lines.next() else { break }
                             number = line.number
-                            try tx.put(try genericRecord(type: typeSchema, json: try JSONValue.parse(line.text)))
+                            let value = try JSONValue.parse(line.text)
+                            let record = try genericRecord(type: typeSchema, json: value)
+                            try tx.put(try keepingStoredCounters(record, omitted: omittedCounters(type: typeSchema, json: value), in: tx))
                         } catch {
                             let kept = written == 0 ? "nothing was written" : "the first \(written) records were committed (batches of \(size))"
                             throw CommandFailure(message: "\(inputName) line \((error as? NotUTF8Line)?.number ?? number): \(error); \(kept)")

@@ -6,6 +6,29 @@ import StashTestSupport
 
 /// `Store.backup(to:compact:)`, `Store.compact(at:)` and their commands, full file systems.
 @Suite struct BackupTests {
+    /// A backup holds the store's blobs (``ExternalData``): opened, every image reads back
+    /// and `verify` finds none pending; on another file system (no hard link) too.
+    @Test func aBackupHoldsTheStoresBlobs() throws {
+        let dir = TemporaryDirectory()
+        let store = try Store.open(at: dir.sub("store"), types: [PhotoGarment.self])
+        let images = (0..<3).map { imageBytes(100_000 + $0, seed: UInt64(40 + $0)) }
+        let garments = images.enumerated().map { PhotoGarment(name: "g\($0.offset)", image: ExternalData($0.element)) }
+        try store.write { tx in for garment in garments { try tx.insert(garment) } }
+        let elsewhere = FileManager.default.fileExists(atPath: "/dev/shm") ? "/dev/shm/stash-backup-\(UUID())" : dir.sub("elsewhere")
+        defer { try? FileManager.default.removeItem(atPath: elsewhere) }
+        for path in [dir.sub("backup"), elsewhere] {
+            let report = try store.backup(to: path)
+            #expect(report.blobCount == 3 && report.blobBytes == images.reduce(0) { $0 + $1.count }, "\(report)")
+            let copy = try Store.open(at: path, types: [PhotoGarment.self])
+            for (garment, image) in zip(garments, images) {
+                let read = try #require(try copy.get(PhotoGarment.self, id: garment.id)?.image)
+                #expect(try copy.blob(read) == image)
+            }
+            #expect(try copy.verifyBlobs().pending.isEmpty)
+            #expect(try copy.verify().isClean)
+        }
+    }
+
     /// Backups taken while a writer commits transactions of three items each: every backup
     /// is one committed state (whole transactions, history to match, `verify` clean), opens as
     /// a new replica, and the compacted ones are no larger than the plain ones.

@@ -95,6 +95,31 @@ import StashTestSupport
         }
     }
 
+    /// A record put or loaded without its counter starts at 0; a put or a load line that
+    /// replaces a record without naming its counter keeps the stored one; a number given for a
+    /// counter is refused with a pointer to `stash counter`.
+    @Test func aCounterLeftOutStartsAtZeroAndIsKeptByAReplacingPut() throws {
+        let dir = TemporaryDirectory()
+        let store = try StashCLI.makeStore(in: dir, schema: Self.schema)
+        let put = try StashCLI.run("put", store, "Wallet", #"{"owner": "ann"}"#)
+        #expect(put.status == 0, "\(put.stderr)")
+        let wallet = put.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+        #expect(try StashCLI.run("counter", store, "Wallet", wallet, "credits", "+5").stdout == "5\n")
+        let replaced = try StashCLI.run("put", store, "Wallet", #"{"id": "\#(wallet)", "owner": "bea"}"#)
+        #expect(replaced.status == 0, "\(replaced.stderr)")
+        let lines = dir.url.appendingPathComponent("wallets.jsonl")
+        try Data(#"{"id": "\#(wallet)", "owner": "cid"}\#n{"owner": "dan"}\#n"#.utf8).write(to: lines)
+        let load = try StashCLI.run("load", store, "Wallet", lines.path)
+        #expect(load.status == 0, "\(load.stderr)")
+        let reader = try Store.open(at: store, types: [CLIWallet.self])
+        let wallets = try reader.fetch(FetchDescriptor<CLIWallet>())
+        #expect(wallets.count == 2)
+        #expect(wallets.first { $0.id.description == wallet }.map { [$0.owner, "\($0.credits.value)"] } == ["cid", "5"])
+        #expect(wallets.first { $0.owner == "dan" }?.credits.value == 0)
+        let number = try StashCLI.run("put", store, "Wallet", #"{"owner": "eve", "credits": 3}"#)
+        #expect(number.status != 0 && number.stderr.contains("is a counter") && number.stderr.contains("stash counter"), "\(number.stderr)")
+    }
+
     @Test func counterRefusesAPlainFieldAndABadAmount() throws {
         let dir = TemporaryDirectory()
         let store = try StashCLI.makeStore(in: dir, schema: Self.schema)

@@ -95,7 +95,7 @@ func registerRelaySize(n: Int) {
         try await syncB.sync(via: relay)
         for round in 0..<(BenchConfig.smoke ? 10 : 100) {
             for (offset, (store, sync)) in [(storeA, syncA), (storeB, syncB)].enumerated() {
-                try store.store.write { tx in
+                try await store.store.write { tx in
                     for i in stride(from: (round + offset) % 10, to: items, by: 10) {
                         try tx.update(Item.self, id: Workload.itemID(i)) { $0.wearCount += 1 }
                     }
