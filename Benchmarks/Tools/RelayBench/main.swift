@@ -68,25 +68,40 @@ func say(_ message: String) {
 
 // MARK: Processes
 
+/// Runs a command to its end, its output in a file, and returns that output (fails the run
+/// when the command fails). With `posix_spawn` and every other descriptor closed, not
+/// Foundation's `Process`: `pg_ctl start` leaves a daemon behind, which would inherit the pipe
+/// and the socket by which `Process` notices the child's end, and the wait would last as long
+/// as PostgreSQL. As the `postgres` user when asked and this process is root (PostgreSQL
+/// refuses to run as root).
 @discardableResult
 func run(_ executable: String, _ arguments: [String], asPostgres: Bool = false) -> String {
-    let process = Process()
     var arguments = arguments, executable = executable
     if asPostgres && getuid() == 0 {
         arguments = ["-u", "postgres", "--", executable] + arguments
         executable = "/usr/sbin/runuser"
     }
-    process.executableURL = URL(fileURLWithPath: executable)
-    process.arguments = arguments
-    let output = Pipe()
-    process.standardOutput = output
-    process.standardError = output
-    do { try process.run() } catch { fail("cannot run \(executable): \(error)") }
-    let data = output.fileHandleForReading.readDataToEndOfFile()
-    process.waitUntilExit()
-    let text = String(decoding: data, as: UTF8.self)
-    if process.terminationStatus != 0 { fail("\(executable) \(arguments.joined(separator: " ")) exited \(process.terminationStatus): \(text)") }
-    return text.trimmingCharacters(in: .whitespacesAndNewlines)
+    let output = NSTemporaryDirectory() + "relay-bench-run-" + UUID().uuidString
+    defer { try? FileManager.default.removeItem(atPath: output) }
+    var actions = posix_spawn_file_actions_t()
+    posix_spawn_file_actions_init(&actions)
+    defer { posix_spawn_file_actions_destroy(&actions) }
+    posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
+    posix_spawn_file_actions_addopen(&actions, 1, output, O_WRONLY | O_CREAT | O_TRUNC, 0o644)
+    posix_spawn_file_actions_adddup2(&actions, 1, 2)
+    for name in (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd")) ?? [] {
+        if let fd = Int32(name), fd >= 3 { posix_spawn_file_actions_addclose(&actions, fd) }
+    }
+    let argv = ([executable] + arguments).map { strdup($0) } + [nil]
+    defer { for pointer in argv { free(pointer) } }
+    var pid: pid_t = 0
+    let spawned = posix_spawn(&pid, executable, &actions, nil, argv, environ)
+    guard spawned == 0 else { fail("cannot run \(executable): \(String(cString: strerror(spawned)))") }
+    var status: Int32 = 0
+    while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
+    let text = ((try? String(contentsOfFile: output, encoding: .utf8)) ?? "").trimmingCharacters(in: .whitespacesAndNewlines)
+    if status != 0 { fail("\(executable) \(arguments.joined(separator: " ")) exited with status \(status): \(text)") }
+    return text
 }
 
 func freePort() -> Int {
@@ -131,9 +146,7 @@ final class Cluster: Sendable {
     }
 
     func destroy() {
-        _ = try? Process.run(URL(fileURLWithPath: getuid() == 0 ? "/usr/sbin/runuser" : "\(bin)/pg_ctl"),
-                             arguments: (getuid() == 0 ? ["-u", "postgres", "--", "\(bin)/pg_ctl"] : []) + ["-D", "\(directory)/data", "-m", "immediate", "-w", "stop"])
-            .waitUntilExit()
+        run("\(bin)/pg_ctl", ["-D", "\(directory)/data", "-m", "immediate", "-w", "stop"], asPostgres: true)
         try? FileManager.default.removeItem(atPath: directory)
     }
 }

@@ -131,3 +131,62 @@ struct NotificationListener: Service {
         }
     }
 }
+
+/// Sends the `NOTIFY` of stored uploads, after their transactions, batched: one statement names
+/// every family that stored something since the last one. Not inside the upload's transaction:
+/// PostgreSQL takes a lock of the whole cluster at the commit of a transaction that notifies,
+/// and holds it through the commit's WAL flush, which would make every upload's commit wait for
+/// the one before (a few hundred uploads a second) instead of sharing flushes. A notification
+/// is sent once the upload is committed, so a listener that reads the log then sees it. The
+/// long-polls of this server are woken at once, without the round trip. Should the server stop
+/// between a commit and its notification, the other servers' long-polls see the file at their
+/// next read (their wait's end, or another notification of the family).
+final class UploadNotifier: Service, Sendable {
+    let client: PostgresClient
+    let waiters: LogWaiters
+    let logger: Logger
+    private let pending = Mutex<Set<UUID>>([])
+    private let signal: AsyncStream<Void>.Continuation
+    private let signals: AsyncStream<Void>
+
+    init(client: PostgresClient, waiters: LogWaiters, logger: Logger) {
+        self.client = client
+        self.waiters = waiters
+        self.logger = logger
+        (signals, signal) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
+    }
+
+    /// `family` stored a file (committed): wake its long-polls here, and on every server.
+    func stored(_ family: UUID) {
+        waiters.notify(family)
+        pending.withLock { _ = $0.insert(family) }
+        signal.yield()
+    }
+
+    func run() async throws {
+        await cancelWhenGracefulShutdown {
+            for await _ in self.signals {
+                var delay = Duration.milliseconds(50)
+                while true {
+                    let batch = self.pending.withLock { pending -> [String] in
+                        defer { pending.removeAll() }
+                        return pending.map { $0.uuidString.lowercased() }
+                    }
+                    if batch.isEmpty { break }
+                    do {
+                        try await self.client.query("SELECT pg_notify('\(unescaped: NotificationListener.channel)', f) FROM unnest(\(batch)::text[]) f",
+                                                    logger: self.logger)
+                        delay = .milliseconds(50)
+                    } catch {
+                        if Task.isCancelled { return }
+                        // Kept for the next try: PostgreSQL restarting, say.
+                        self.pending.withLock { $0.formUnion(batch.compactMap { UUID(uuidString: $0) }) }
+                        self.logger.warning("cannot notify the other servers of new deltas; retrying", metadata: ["error": "\(error)"])
+                        try? await Task.sleep(for: delay)
+                        delay = min(delay * 2, .seconds(2))
+                    }
+                }
+            }
+        }
+    }
+}

@@ -173,7 +173,8 @@ enum Migrations {
     END $$;
 
     -- Stores a delta file of p_source (or finds it stored: the same source and range), in the
-    -- family's log at the next position, and wakes the family's long-polls. Returns
+    -- family's log at the next position (the server then notifies the family's long-polls, after
+    -- the commit: see UploadNotifier). Returns
     -- ('stored' | 'duplicate', position, published), or ('siteReused', 0, published) when the
     -- relay holds the source's history past what its store has now (p_current).
     CREATE FUNCTION stash_relay_upload(p_family uuid, p_source uuid, p_first bigint, p_last bigint, p_full boolean,
@@ -211,7 +212,6 @@ enum Migrations {
         INSERT INTO stash_relay_sites (family, site, seen, reads) VALUES (p_family, p_source, now(), false)
             ON CONFLICT (family, site) DO UPDATE
             SET seen = CASE WHEN stash_relay_sites.reads THEN stash_relay_sites.seen ELSE now() END;
-        PERFORM pg_notify('stash_relay', p_family::text || ' ' || pos::text || ' ' || p_source::text);
         status := 'stored';
     END $$;
 

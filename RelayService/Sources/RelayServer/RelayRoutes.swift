@@ -12,6 +12,7 @@ struct RelayRoutes: Sendable {
     let families: Families
     let limiter: RateLimiter
     let waiters: LogWaiters
+    let notifier: UploadNotifier
     let configuration: RelayServerConfiguration
     let logger: Logger
 
@@ -27,8 +28,9 @@ struct RelayRoutes: Sendable {
     private let unauthorized = Counter(label: "stash_relay_refused_total", dimensions: [("reason", "token")])
     private let limited = Counter(label: "stash_relay_refused_total", dimensions: [("reason", "rate")])
 
-    init(database: RelayDatabase, families: Families, limiter: RateLimiter, waiters: LogWaiters,
+    init(database: RelayDatabase, families: Families, limiter: RateLimiter, waiters: LogWaiters, notifier: UploadNotifier,
          configuration: RelayServerConfiguration, logger: Logger) {
+        self.notifier = notifier
         self.database = database
         self.families = families
         self.limiter = limiter
@@ -208,6 +210,7 @@ struct RelayRoutes: Sendable {
         }
         switch outcome {
         case .stored(let position):
+            notifier.stored(family)
             deltasStored.increment()
             deltaBytes.increment(by: Int64(body.readableBytes))
             logger.debug("delta stored", metadata: ["family": "\(family)", "source": "\(source)", "range": "\(from)...\(to)", "position": "\(position)"])

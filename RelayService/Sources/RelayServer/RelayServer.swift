@@ -42,9 +42,10 @@ public func makeRelayApplication(configuration: RelayServerConfiguration, regist
                                 backgroundLogger: logger)
     let database = RelayDatabase(client: client, logger: logger, staleReaderAge: configuration.staleReaderAge)
     let waiters = LogWaiters()
+    let notifier = UploadNotifier(client: client, waiters: waiters, logger: logger)
     let routes = RelayRoutes(database: database, families: Families(database: database),
                              limiter: RateLimiter(rate: configuration.ratePerFamily, burst: configuration.burstPerFamily),
-                             waiters: waiters, configuration: configuration, logger: logger)
+                             waiters: waiters, notifier: notifier, configuration: configuration, logger: logger)
     let router = Router(context: BasicRequestContext.self)
     router.add(middleware: MetricsMiddleware())
     router.get("health") { _, _ -> Response in
@@ -65,7 +66,7 @@ public func makeRelayApplication(configuration: RelayServerConfiguration, regist
         router: router,
         configuration: ApplicationConfiguration(address: .hostname(configuration.host, port: configuration.port),
                                                 serverName: "stash-relay", backlog: 4096),
-        services: [client, NotificationListener(url: configuration.postgres, waiters: waiters, logger: logger)],
+        services: [client, NotificationListener(url: configuration.postgres, waiters: waiters, logger: logger), notifier],
         onServerRunning: { channel in
             logger.info("serving", metadata: ["address": "\(channel.localAddress.map { "\($0)" } ?? "?")",
                                               "postgres": "\(configuration.postgres)"])
