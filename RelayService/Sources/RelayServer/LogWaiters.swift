@@ -112,8 +112,10 @@ struct NotificationListener: Service {
                         listened.store(true, ordering: .relaxed)
                         waiters.notifyAll()
                         for try await notification in notifications {
-                            // "<family> <position> <source>"
-                            if let family = notification.payload.split(separator: " ").first.flatMap({ UUID(uuidString: String($0)) }) {
+                            // "<family> <server>": this server's own long-polls were woken already.
+                            let parts = notification.payload.split(separator: " ")
+                            if parts.count > 1, parts[1] == UploadNotifier.serverID { continue }
+                            if let family = parts.first.flatMap({ UUID(uuidString: String($0)) }) {
                                 waiters.notify(family)
                             }
                         }
@@ -146,6 +148,8 @@ final class UploadNotifier: Service, Sendable {
     let waiters: LogWaiters
     let logger: Logger
     private let pending = Mutex<Set<UUID>>([])
+    /// This process's mark in its notifications, by which its listener skips them.
+    static let serverID = Substring(UUID().uuidString.lowercased().prefix(8))
     private let signal: AsyncStream<Void>.Continuation
     private let signals: AsyncStream<Void>
 
@@ -170,7 +174,7 @@ final class UploadNotifier: Service, Sendable {
                 while true {
                     let batch = self.pending.withLock { pending -> [String] in
                         defer { pending.removeAll() }
-                        return pending.map { $0.uuidString.lowercased() }
+                        return pending.map { $0.uuidString.lowercased() + " " + Self.serverID }
                     }
                     if batch.isEmpty { break }
                     do {
@@ -180,7 +184,7 @@ final class UploadNotifier: Service, Sendable {
                     } catch {
                         if Task.isCancelled { return }
                         // Kept for the next try: PostgreSQL restarting, say.
-                        self.pending.withLock { $0.formUnion(batch.compactMap { UUID(uuidString: $0) }) }
+                        self.pending.withLock { $0.formUnion(batch.compactMap { UUID(uuidString: String($0.prefix(36))) }) }
                         self.logger.warning("cannot notify the other servers of new deltas; retrying", metadata: ["error": "\(error)"])
                         try? await Task.sleep(for: delay)
                         delay = min(delay * 2, .seconds(2))

@@ -234,21 +234,24 @@ struct RelayRoutes: Sendable {
         let excluding = request.uri.queryParameters.get("exclude").flatMap { UUID(uuidString: String($0)) }
         let bodies = request.uri.queryParameters.get("bodies") == "1"
         let limit = Int(min(try number(request, "limit", default: 256), 4096))
-        let ticket = wait > .zero ? waiters.register(family) : nil
-        var entries = try await mapUnavailable {
-            try await database.log(family: family, after: after, excluding: excluding, limit: limit, bodies: bodies)
-        }
-        if let ticket {
-            if entries.isEmpty {
-                longPolls.record(waiters.count)
-                await waiters.wait(ticket, family: family, timeout: wait)
-                longPolls.record(waiters.count)
-                entries = try await mapUnavailable {
-                    try await database.log(family: family, after: after, excluding: excluding, limit: limit, bodies: bodies)
-                }
-            } else {
-                waiters.withdraw(ticket, family: family)
+        // Registered before each read, so that a file committed between the read and the wait
+        // wakes it. A wake that finds nothing (another device's file, one of `exclude`, a
+        // notification of a file already read) waits again, until the deadline.
+        let deadline = ContinuousClock.now.advanced(by: wait)
+        var entries: [RelayDatabase.LogEntry]
+        while true {
+            let ticket = wait > .zero ? waiters.register(family) : nil
+            entries = try await mapUnavailable {
+                try await database.log(family: family, after: after, excluding: excluding, limit: limit, bodies: bodies)
             }
+            guard let ticket else { break }
+            guard entries.isEmpty, ContinuousClock.now < deadline, !Task.isShuttingDownGracefully, !Task.isCancelled else {
+                waiters.withdraw(ticket, family: family)
+                break
+            }
+            longPolls.record(waiters.count)
+            await waiters.wait(ticket, family: family, timeout: ContinuousClock.now.duration(to: deadline))
+            longPolls.record(waiters.count)
         }
         let next = entries.last?.position ?? after
         guard bodies else {
