@@ -134,7 +134,8 @@ final class Cluster: Sendable {
         if getuid() == 0 { run("/bin/chown", ["postgres:postgres", directory]) }
         run("\(bin)/initdb", ["-D", "\(directory)/data", "-A", "trust", "-U", "postgres", "-E", "UTF8", "--no-instructions"], asPostgres: true)
         run("\(bin)/pg_ctl", ["-D", "\(directory)/data", "-l", "\(directory)/log", "-w", "-t", "60", "-o",
-                              "-p \(port) -k \(directory) -c listen_addresses=127.0.0.1 -c max_connections=200 -c shared_buffers=256MB",
+                              "-p \(port) -k \(directory) -c listen_addresses=127.0.0.1 -c max_connections=200 -c shared_buffers=256MB "
+                                + (ProcessInfo.processInfo.environment["STASH_RELAY_BENCH_PG_OPTIONS"] ?? ""),
                               "start"], asPostgres: true)
         run("\(bin)/createdb", ["-h", "127.0.0.1", "-p", String(port), "-U", "postgres", "bench"], asPostgres: true)
     }
