@@ -209,9 +209,11 @@ enum Migrations {
         UPDATE stash_relay_families SET head = head + 1 WHERE family = p_family RETURNING head INTO pos;
         INSERT INTO stash_relay_files (family, position, source, first_seq, last_seq, full_snapshot, size, body)
              VALUES (p_family, pos, p_source, p_first, p_last, p_full, octet_length(p_body), p_body);
+        -- A site that only writes is seen at its uploads (a reader at its reads), rewritten
+        -- once a thirtieth of the stale age old, as a reader's: not a row version per upload.
         INSERT INTO stash_relay_sites (family, site, seen, reads) VALUES (p_family, p_source, now(), false)
-            ON CONFLICT (family, site) DO UPDATE
-            SET seen = CASE WHEN stash_relay_sites.reads THEN stash_relay_sites.seen ELSE now() END;
+            ON CONFLICT (family, site) DO UPDATE SET seen = now()
+            WHERE NOT stash_relay_sites.reads AND stash_relay_sites.seen < now() - p_stale / 30;
         status := 'stored';
     END $$;
 
