@@ -146,17 +146,17 @@ func genericRecord(type: TypeSchema, json: JSONValue, orDumpLine: Bool = true) t
             let known = type.fields.map(\.name).sorted().joined(separator: ", ")
             throw StoreError(.unknownField, "\(type.name) has no field '\(name)' (fields: \(known))")
         }
-        // An external field takes the bytes as base64 text (kept as a blob by the put), or a
-        // reference as `get` prints it.
         if field.counter == true, value != .null, { if case .object = value { return false } else { return true } }() {
             throw StoreError(.invalidValue, "\(type.name).\(name) is a counter: leave it out (a new record's starts at 0) and change it with `stash counter DIR \(type.name) ID \(name) +N`, or give its state as `stash get` prints it")
         }
+        // An external field takes the bytes as base64 text (kept as a blob by the put), or a
+        // reference as `get` prints it.
         let external = field.external == true && { if case .string = value { return true } else { return false } }()
         fields[name] = try FieldValue.fromJSON(value, kind: external ? .bytes : field.kind, field: name)
     }
     for field in type.fields where !field.optional && field.defaultValue == nil && (fields[field.name] ?? .null) == .null {
         // A counter left out starts at zero (`stash counter` changes it); `put` and `load`
-        // keep the one a record they replace holds (``keepingStoredCounters(_:in:)``).
+        // keep the one a record they replace holds (``keepingStoredCounters(_:omitted:in:)``).
         if field.counter == true && members[field.name] == nil {
             fields[field.name] = Counter.zeroState
             continue
