@@ -42,12 +42,7 @@ final class BlockingWorkers: @unchecked Sendable {
     }
 
     private func startThread() {
-        let thread = Thread { [self] in
-            nameThisThread("stash.worker")
-            work()
-        }
-        thread.stackSize = 1 << 20
-        thread.start()
+        startNamedThread("stash.worker", stackSize: 1 << 20) { [self] in work() }
     }
 
     private func work() {

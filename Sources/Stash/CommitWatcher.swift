@@ -164,12 +164,7 @@ final class CommitWatcher: @unchecked Sendable {
     }
 
     private func start() {
-        let thread = Thread { [self] in
-            nameThisThread("stash.observe")
-            run()
-        }
-        thread.stackSize = 1 << 20
-        thread.start()
+        startNamedThread("stash.observe", stackSize: 1 << 20) { [self] in run() }
     }
 
     private func run() {

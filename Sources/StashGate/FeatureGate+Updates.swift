@@ -75,8 +75,7 @@ final class UpdatePoller: @unchecked Sendable {
     func start() {
         let interval = gate.configuration.updatePollInterval.components
         let seconds = max(0.001, Double(interval.seconds) + Double(interval.attoseconds) / 1e18)
-        let thread = Thread { [self] in
-            nameThisThread("stash.gate")
+        startNamedThread("stash.gate", stackSize: 1 << 20) { [self] in
             while !stopped.load(ordering: .acquiring) {
                 if gate.store.isClosed {   // Store.close() ends the updates
                     continuation.finish()
@@ -86,8 +85,6 @@ final class UpdatePoller: @unchecked Sendable {
                 Thread.sleep(forTimeInterval: seconds)
             }
         }
-        thread.stackSize = 1 << 20
-        thread.start()
     }
 
     func stop() {
@@ -161,8 +158,7 @@ extension FeatureGate {
     func saveClockInBackgroundIfMoved() {
         guard clockGuard.needsSave(threshold: 60_000) else { return }
         guard backgroundSave.compareExchange(expected: false, desired: true, ordering: .acquiringAndReleasing).exchanged else { return }
-        Thread.detachNewThread { [self] in
-            nameThisThread("stash.clock")
+        startNamedThread("stash.clock") { [self] in
             saveClockIfMoved(threshold: 60_000)
             backgroundSave.store(false, ordering: .releasing)
         }

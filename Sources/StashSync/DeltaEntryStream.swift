@@ -35,12 +35,10 @@ final class DeltaEntryStream: @unchecked Sendable {
 
     /// Starts reading `reader`'s entries on a new thread.
     init(_ reader: DeltaReader) {
-        let thread = Thread { [self] in
-            nameThisThread("stash.delta")
+        startNamedThread("stash.delta") { [self] in
             var reader = reader
             read(&reader)
         }
-        thread.start()
     }
 
     private func read(_ reader: inout DeltaReader) {

@@ -1528,12 +1528,7 @@ final class DedicatedThreadExecutor: TaskExecutor, @unchecked Sendable {
     private var finished = false
 
     init(name: String) {
-        let thread = Thread { [self] in
-            nameThisThread(name)
-            run()
-        }
-        thread.stackSize = 4 << 20
-        thread.start()
+        startNamedThread(name, stackSize: 4 << 20) { [self] in run() }
     }
 
     func enqueue(_ job: consuming ExecutorJob) {
